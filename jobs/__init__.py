@@ -1,0 +1,1 @@
+"""trajpriv jobs."""

@@ -1,0 +1,153 @@
+"""Idempotent table writes and the run log.
+
+Why: Airflow retries and reruns a task for the same logical date; a rerun must replace that
+dataset's (or run's) rows, never append a second copy. Tables are partitioned Parquet tables in
+the Hive catalog; a write overwrites exactly the partitions its rows fall in (dynamic partition
+overwrite, staged by Spark and moved into place when the job commits, so readers never see a
+half-written partition), then drops the partitions of the replaced scope that the new data no
+longer has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from udfs.errors import InputDataError
+
+log = logging.getLogger(__name__)
+
+
+def table_exists(spark: SparkSession, table: str) -> bool:
+    return spark.catalog.tableExists(table)
+
+
+def read_table(spark: SparkSession, table: str) -> DataFrame:
+    """Read a catalog table; a missing table is an InputDataError that says which stage makes it."""
+    if not table_exists(spark, table):
+        raise InputDataError(
+            f"table {table} does not exist: run the stage that writes it first "
+            "(datagen/ingest for trajpriv_raw.*, collect/synthesize/evaluate for trajpriv_pub.*)"
+        )
+    return spark.table(table)
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def write_table(
+    df: DataFrame,
+    table: str,
+    *,
+    partition_by: list[str],
+    replace: Mapping[str, Any] | None = None,
+) -> None:
+    """Write `df` into `table`, replacing the scope `replace` (partition column -> value).
+
+    Every partition the new rows fall in is overwritten; partitions of the scope that the new
+    rows do not cover are dropped afterwards. The caller keeps its rows inside the scope (they
+    would overwrite other partitions otherwise). Creates the table on first write; the table's
+    partition columns come last in its schema, so read it by column name.
+    """
+    spark = df.sparkSession
+    replace = dict(replace or {})
+    unknown = set(replace) - set(partition_by)
+    if unknown:
+        raise ValueError(f"replace keys {sorted(unknown)} are not partition columns {partition_by}")
+    if not table_exists(spark, table):
+        df.write.format("parquet").partitionBy(*partition_by).saveAsTable(table)
+        return
+    target_cols = spark.table(table).columns
+    missing = set(target_cols) - set(df.columns)
+    if missing:
+        raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
+    df.select(*target_cols).write.insertInto(table, overwrite=True)
+    if replace:
+        _drop_stale_partitions(spark, table, partition_by, replace, df)
+
+
+def _drop_stale_partitions(
+    spark: SparkSession,
+    table: str,
+    partition_by: list[str],
+    replace: Mapping[str, Any],
+    written: DataFrame,
+) -> None:
+    spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in replace.items())
+    existing = [
+        row[0] for row in spark.sql(f"SHOW PARTITIONS {table} PARTITION ({spec})").collect()
+    ]
+    if not existing:
+        return
+    kept = {
+        "/".join(f"{c}={row[c]}" for c in partition_by)
+        for row in written.select(*partition_by).distinct().collect()
+    }
+    for part in existing:
+        if part in kept:
+            continue
+        parts = dict(p.split("=", 1) for p in part.split("/"))
+        drop_spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in parts.items())
+        spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({drop_spec})")
+
+
+def delete_scope(spark: SparkSession, table: str, replace: Mapping[str, Any]) -> None:
+    """Drop every partition of `table` matching `replace` (no-op if the table is missing)."""
+    if not table_exists(spark, table):
+        return
+    spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in replace.items())
+    spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({spec})")
+
+
+RUNS_TABLE = "trajpriv_pub.runs"
+RUNS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("stage", T.StringType()),
+        T.StructField("config", T.StringType()),
+        T.StructField("started_at", T.TimestampType()),
+        T.StructField("finished_at", T.TimestampType()),
+        T.StructField("status", T.StringType()),
+        T.StructField("figures", T.StringType()),
+    ]
+)
+
+
+def record_run(
+    spark: SparkSession,
+    *,
+    run_id: str,
+    stage: str,
+    config_yaml: str,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    status: str,
+    figures: Mapping[str, Any],
+) -> None:
+    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution).
+
+    The config text never holds secrets: run seeds and the pseudonym key live in the raw zone.
+    """
+    row = (
+        run_id,
+        stage,
+        config_yaml,
+        started_at,
+        finished_at,
+        status,
+        json.dumps(figures, default=str, sort_keys=True),
+    )
+    df = spark.createDataFrame([row], RUNS_SCHEMA)
+    if not table_exists(spark, RUNS_TABLE):
+        df.write.format("parquet").saveAsTable(RUNS_TABLE)
+    else:
+        df.write.insertInto(RUNS_TABLE)

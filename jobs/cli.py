@@ -1,0 +1,138 @@
+"""`trajpriv` command line: one sub-command per stage, `run` for all of them, `sql` to query.
+
+Stage modules are imported only when asked for, so `trajpriv sql` does not load torch and a stage
+that is not built yet does not break the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+
+from jobs import stage as harness
+from udfs.errors import ConfigError, TrajprivError
+
+# Pipeline order; `trajpriv run` runs every stage here whose module exists and is enabled.
+STAGES = ("datagen", "ingest", "collect", "train", "synthesize", "evaluate", "report")
+USAGE = (
+    "usage: trajpriv {" + ",".join((*STAGES, "run", "sql")) + "} [--config FILE] [--set K=V ...]\n"
+    '       trajpriv sql "SELECT ..." [--config FILE] [--limit N]'
+)
+
+
+def load_stage(name: str) -> ModuleType | None:
+    """The stage's module (`jobs.<name>`), or None when that stage is not built yet."""
+    try:
+        return importlib.import_module(f"jobs.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"jobs.{name}":
+            return None
+        raise
+
+
+def stage_enabled(name: str, cfg) -> bool:
+    section = getattr(cfg, name, None)
+    return bool(getattr(section, "enabled", True))
+
+
+def run_one(name: str, argv: list[str]) -> int:
+    module = load_stage(name)
+    if module is None:
+        print(f"trajpriv {name}: error: this stage is not built yet", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    return harness.main(name, module.run, argv, getattr(module, "add_args", None))
+
+
+def run_all(argv: list[str]) -> int:
+    """Every available, enabled stage in order, in one Spark session; stops at the first failure."""
+    harness.configure_logging()
+    modules = {name: load_stage(name) for name in STAGES}
+    present = {name: mod for name, mod in modules.items() if mod is not None}
+
+    def add_all_args(parser: argparse.ArgumentParser) -> None:
+        for mod in present.values():
+            if hasattr(mod, "add_args"):
+                mod.add_args(parser)
+
+    args = harness.build_parser("run", add_all_args).parse_args(argv)
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"trajpriv run: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    from jobs.session import get_spark, stop_spark
+
+    spark = None
+    current = "session"
+    try:
+        spark = get_spark(cfg)
+        for name, mod in present.items():
+            current = name
+            if not stage_enabled(name, cfg):
+                print(f"trajpriv run: {name} disabled in config, skipped")
+                continue
+            figures = harness.execute(name, mod.run, cfg, args, spark)
+            print(f"trajpriv {name}: ok {harness.summarise(figures)}")
+        missing = [name for name, mod in modules.items() if mod is None]
+        if missing:
+            print(f"trajpriv run: stages not built yet, skipped: {', '.join(missing)}")
+        return 0
+    except TrajprivError as exc:
+        print(f"trajpriv {current}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    except Exception as exc:
+        print(f"trajpriv {current}: failed: {harness.describe_failure(exc)}", file=sys.stderr)
+        return harness.EXIT_FAILURE
+    finally:
+        stop_spark(spark)
+
+
+def run_sql(argv: list[str]) -> int:
+    """Print a query's result over the catalog: the first thing a data engineer does."""
+    parser = argparse.ArgumentParser(prog="trajpriv sql")
+    parser.add_argument("query")
+    parser.add_argument("--config", default="conf/default.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    args = parser.parse_args(argv)
+    harness.configure_logging()
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"trajpriv sql: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    from jobs.session import get_spark, stop_spark
+
+    spark = None
+    try:
+        spark = get_spark(cfg)
+        result = spark.sql(args.query)
+        result.show(args.limit, truncate=False)
+        return 0
+    except Exception as exc:
+        print(f"trajpriv sql: error: {harness.describe_failure(exc)}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    finally:
+        stop_spark(spark)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else harness.EXIT_USER_ERROR
+    command, rest = argv[0], argv[1:]
+    if command == "sql":
+        return run_sql(rest)
+    if command == "run":
+        return run_all(rest)
+    if command in STAGES:
+        return run_one(command, rest)
+    print(f"trajpriv: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+    return harness.EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Pipeline configuration: pydantic models loaded from `conf/*.yaml`, overridable on the CLI.
+
+Why pydantic with `extra="forbid"` everywhere: a misspelt key in a 9,481-user run must fail at
+start, naming the key, not after an hour of Spark work with the default silently used.
+
+Overrides use dotted paths, `--set collect.epsilons=[1,4]`; the value is parsed as YAML so lists,
+numbers and booleans need no extra syntax. Relative paths in a config file are resolved against
+the directory the command runs from (the repository root for `make run`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from udfs.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageConfig(_Section):
+    """Where every table, landing file, model artefact and report lives."""
+
+    root: Path = Path("./data")
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root.resolve() / "warehouse"
+
+    @property
+    def metastore(self) -> Path:
+        return self.root.resolve() / "metastore_db"
+
+    @property
+    def landing(self) -> Path:
+        return self.root.resolve() / "landing"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root.resolve() / "runs"
+
+    @property
+    def secrets(self) -> Path:
+        """Keys (pseudonym key, run seeds) kept inside the raw zone's reach, mode 0700."""
+        return self.root.resolve() / "secrets"
+
+
+class SparkConfig(_Section):
+    """Spark master and any `spark.*` setting; local[2] on a laptop, a cluster URL in production."""
+
+    master: str = "local[2]"
+    app_name: str = "trajpriv"
+    conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("conf")
+    @classmethod
+    def _only_spark_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in value if not k.startswith("spark.")]
+        if bad:
+            raise ValueError(f"only spark.* settings belong here, got {bad}")
+        return {k: str(v) for k, v in value.items()}
+
+
+class DatagenConfig(_Section):
+    """Synthetic Telecom-Shanghai-shaped records (DESIGN.md section 5)."""
+
+    enabled: bool = True
+    users: int = Field(300, ge=1)
+    days: int = Field(14, ge=1)
+    start_date: dt.date = dt.date(2014, 6, 1)
+    n_stations: int = Field(3233, ge=1)
+    stations_csv: Path | None = None
+    usage_csv: Path | None = None
+    active_share: float = Field(0.37, gt=0, le=1)
+    partitions: int = Field(8, ge=1)
+
+
+class IngestConfig(_Section):
+    """Which raw source to read and how to map and shape it (DESIGN.md sections 3 and 5)."""
+
+    source: Literal["telecom", "plt", "checkins", "slots48"] = "telecom"
+    path: Path | None = None
+    locations_path: Path | None = None
+    max_distance_km: float = Field(1.0, gt=0)
+    window_start: dt.date | None = None
+    window_end: dt.date | None = None
+    max_len: int = Field(8, ge=1)
+    gap_hours: float = Field(3.0, gt=0)
+
+
+Mechanism = Literal["tp", "atp", "exp", "uniform"]
+
+
+class CollectConfig(_Section):
+    """LDP collection sweep and the per-user window budget (DESIGN.md section 4)."""
+
+    mechanisms: list[Mechanism] = Field(default_factory=lambda: ["atp", "tp", "exp", "uniform"])
+    epsilons: list[float] = Field(default_factory=lambda: [1.0, 4.0, 10.0])
+    granularity: Literal["auto", 2, 4, 6, 12] = "auto"
+    r_dir: float = Field(0.75, gt=0, lt=1)
+    user_budget: float = Field(1000.0, gt=0)
+    window_days: int = Field(7, ge=1)
+    run_label: str = "default"
+    prq_km: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0])
+    acd_top_fraction: float = Field(0.1, gt=0, le=1)
+
+    @field_validator("epsilons")
+    @classmethod
+    def _finite_positive(cls, value: list[float]) -> list[float]:
+        import math
+
+        for eps in value:
+            if not math.isfinite(eps) or eps <= 0 or eps > 100:
+                raise ValueError(f"each epsilon must be finite and in (0, 100], got {eps}")
+        if not value:
+            raise ValueError("at least one epsilon is needed")
+        return value
+
+
+class TrainConfig(_Section):
+    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6)."""
+
+    enabled: bool = True
+    method: Literal["pategail", "pategail++", "ldp"] = "pategail++"
+    noise: float = Field(0.10, gt=0)
+    target_epsilon: float = Field(10.0, gt=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    rounds: int = Field(20, ge=1)
+    num_processes: int = Field(1, ge=1)
+    use_gpu: bool = False
+    holdout_fraction: float = Field(0.3, gt=0, lt=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SynthesizeConfig(_Section):
+    enabled: bool = True
+    n_days: int = Field(500, ge=1)
+    partitions: int = Field(4, ge=1)
+
+
+class EvaluateConfig(_Section):
+    mode: Literal["paper", "geo"] = "geo"
+    attacks: bool = False
+
+
+class ReportConfig(_Section):
+    output: Path | None = None
+
+
+class Config(_Section):
+    """The whole pipeline. `dataset` names the rows every stage reads and writes."""
+
+    dataset: str = "synthetic"
+    seed: int = 20260601
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    datagen: DatagenConfig = Field(default_factory=DatagenConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    collect: CollectConfig = Field(default_factory=CollectConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("dataset")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", value):
+            raise ValueError("use 1-64 letters, digits, '_' or '-'")
+        return value
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    if parts[:2] == ["spark", "conf"] and len(parts) > 2:  # spark.* keys contain dots themselves
+        parts = ["spark", "conf", ".".join(parts[2:])]
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", parsed YAML value). Raises ConfigError naming the bad override."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*|\.spark\.[\w.]+)*", key):
+        raise ConfigError(f"--set {text!r}: expected key.path=value, e.g. collect.epsilons=[1,4]")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc})") from None
+    return key, value
+
+
+def _format_validation(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = "unknown key (not allowed here)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {key}: {msg}")
+    return f"invalid configuration ({source}):\n" + "\n".join(lines)
+
+
+def config_from_mapping(tree: dict[str, Any], source: str = "<mapping>") -> Config:
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, source)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config, apply `key.path=value` overrides, validate; ConfigError if wrong."""
+    tree: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        file = Path(path)
+        source = str(file)
+        if not file.is_file():
+            raise ConfigError(f"config file {file} does not exist")
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {file} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file}: top level must be a mapping of sections")
+        tree = loaded
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    if overrides:
+        source += " with --set " + " ".join(overrides)
+    return config_from_mapping(tree, source)

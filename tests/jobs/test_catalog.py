@@ -1,0 +1,110 @@
+"""Session, catalog and idempotent writes: the ground every stage stands on."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from jobs.catalog import read_table, record_run, write_table
+from udfs.errors import InputDataError
+
+pytestmark = pytest.mark.spark
+
+
+def test_databases_exist_and_raw_zone_is_private(spark, spark_config) -> None:
+    names = {db.name for db in spark.catalog.listDatabases()}
+    assert {"trajpriv_raw", "trajpriv_pub"} <= names
+    raw_dir = spark_config.storage.warehouse / "trajpriv_raw.db"
+    assert stat.S_IMODE(os.stat(raw_dir).st_mode) == 0o700
+
+
+def test_write_table_replaces_scope_and_never_duplicates(spark) -> None:
+    table = "trajpriv_pub.t_idempotent"
+    first = spark.createDataFrame(
+        [("a", "r1", 1), ("a", "r1", 2), ("a", "r2", 3), ("b", "r1", 4)],
+        "dataset string, run string, v int",
+    )
+    write_table(first, table, partition_by=["dataset", "run"], replace={"dataset": "a"})
+    write_table(first, table, partition_by=["dataset", "run"], replace={"dataset": "a"})
+    assert spark.table(table).count() == 4
+
+    # Rerun of dataset a that no longer has run r2: r2 disappears, dataset b untouched.
+    second = spark.createDataFrame([("a", "r1", 10)], "dataset string, run string, v int")
+    write_table(second, table, partition_by=["dataset", "run"], replace={"dataset": "a"})
+    rows = sorted(tuple(r) for r in spark.table(table).select("dataset", "run", "v").collect())
+    assert rows == [("a", "r1", 10), ("b", "r1", 4)]
+
+
+def test_read_missing_table_names_the_stage(spark) -> None:
+    with pytest.raises(InputDataError, match=r"trajpriv_raw\.nope does not exist: run the stage"):
+        read_table(spark, "trajpriv_raw.nope")
+
+
+def test_record_run_appends_one_row_per_execution(spark) -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 1, 12, 0)
+    before = (
+        spark.table("trajpriv_pub.runs").count()
+        if spark.catalog.tableExists("trajpriv_pub.runs")
+        else 0
+    )
+    for run_id in ("r-a", "r-b"):
+        record_run(
+            spark,
+            run_id=run_id,
+            stage="test",
+            config_yaml="x: 1\n",
+            started_at=now,
+            finished_at=now,
+            status="ok",
+            figures={"n": 3},
+        )
+    runs = spark.table("trajpriv_pub.runs").where("stage = 'test'")
+    assert runs.count() - before == 2
+    assert runs.where("run_id = 'r-b'").first()["figures"] == '{"n": 3}'
+
+
+def test_catalog_round_trip_across_two_processes(tmp_path: Path) -> None:
+    """A table written by one Spark process is read back by the next (the metastore persists)."""
+    root = tmp_path / "data"
+    writer = textwrap.dedent(
+        f"""
+        from jobs.config import load_config
+        from jobs.session import get_spark
+        from jobs.catalog import write_table
+        cfg = load_config(None, ["storage.root={root}", "spark.conf.spark.driver.memory=1g"])
+        spark = get_spark(cfg)
+        df = spark.createDataFrame([("d", 1), ("d", 2)], "dataset string, v int")
+        write_table(df, "trajpriv_pub.round_trip", partition_by=["dataset"],
+                    replace={{"dataset": "d"}})
+        spark.stop()
+        """
+    )
+    subprocess.run([sys.executable, "-c", writer], check=True, timeout=240)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.cli",
+            "sql",
+            "SELECT sum(v) AS total FROM trajpriv_pub.round_trip",
+            "--set",
+            f"storage.root={root}",
+            "--set",
+            "spark.conf.spark.driver.memory=1g",
+            "--config",
+            str(Path(__file__).resolve().parents[2] / "conf" / "default.yaml"),
+        ],
+        check=True,
+        timeout=240,
+        capture_output=True,
+        text=True,
+    )
+    assert "|3    |" in out.stdout, out.stdout + out.stderr

@@ -1,0 +1,74 @@
+"""Config validation: every wrong key or value fails at start, naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs.config import load_config
+from udfs.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONF_DIR.glob("*.yaml")))
+def test_shipped_configs_validate(name: str) -> None:
+    cfg = load_config(CONF_DIR / name)
+    assert cfg.dataset
+
+
+def test_override_sets_nested_values_and_spark_keys() -> None:
+    cfg = load_config(
+        CONF_DIR / "default.yaml",
+        [
+            "collect.epsilons=[1, 2.5]",
+            "spark.conf.spark.sql.shuffle.partitions=3",
+            "datagen.users=7",
+        ],
+    )
+    assert cfg.collect.epsilons == [1.0, 2.5]
+    assert cfg.spark.conf["spark.sql.shuffle.partitions"] == "3"
+    assert cfg.datagen.users == 7
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["collect.epsilon=3"], r"collect\.epsilon: unknown key"),
+        (["nonsense.key=1"], r"nonsense: unknown key"),
+        (["collect.epsilons=[0]"], r"collect\.epsilons: .*finite and in \(0, 100\]"),
+        (["collect.epsilons=[-1]"], r"collect\.epsilons"),
+        (["collect.epsilons=[.nan]"], r"collect\.epsilons"),
+        (["collect.epsilons=[1e6]"], r"collect\.epsilons"),
+        (["collect.mechanisms=[bogus]"], r"collect\.mechanisms\.0"),
+        (["datagen.users=-5"], r"datagen\.users: Input should be greater than or equal to 1"),
+        (["ingest.max_len=0"], r"ingest\.max_len"),
+        (["spark.conf.notspark=1"], r"spark\.conf: .*only spark\.\* settings"),
+        (["dataset=bad name!"], r"dataset"),
+        (["collect.epsilons"], r"expected key\.path=value"),
+    ],
+)
+def test_bad_values_name_the_key(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(CONF_DIR / "default.yaml", overrides)
+
+
+def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("collect:\n  epsilonz: [1]\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*\n  collect\.epsilonz: unknown key"):
+        load_config(bad)
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("collect: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(listy)
