@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= conf/default.yaml
 
-.PHONY: run test venv bench clean-data
+.PHONY: run test venv browser bench clean-data
 
 venv: $(STAMP)
 
@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/trajpriv run --config $(CONFIG)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VPY) -m pytest -q
+
+# The report test renders report.html in a real headless browser: Debian's chromium.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the report test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 clean-data:
 	rm -rf data
