@@ -1,0 +1,141 @@
+"""Points perturbed per second on one core: vectorised ATP/TP/EXP vs a per-point loop ATP.
+
+Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_ldp.py [--points 100000]
+|P| = 262 (CPS, real trajectories), 1,000 (CHI, real trajectories), 3,042 (Shanghai Telecom
+stations; trajectories are random walks over the 20 nearest stations). Lengths 2..8, eps 4.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from udfs.atp import SHARES, TEST_VALUES, anchor_points, eta_table  # noqa: E402
+from udfs.collect import perturb  # noqa: E402
+from udfs.granularity import choose_granularity  # noqa: E402
+from udfs.mechanisms import SquareWave  # noqa: E402
+from udfs.space import LocationSpace  # noqa: E402
+from udfs.trajectories import load_ldp_dataset  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def walks(space, n_traj, rng, k=20):
+    lens = rng.integers(2, 9, size=n_traj)
+    cur = rng.integers(0, space.n, size=n_traj)
+    steps = [cur]
+    for _ in range(7):
+        cur = space.order[cur, rng.integers(1, min(k, space.n - 1) + 1, size=n_traj)]
+        steps.append(cur.astype(np.int64))
+    mat = np.stack(steps, 1)
+    return [mat[i, :n] for i, n in enumerate(lens)]
+
+
+def spaces(n_points, rng):
+    out = []
+    if (DATA / "ldp_checkins").is_dir():
+        for name in ("cps", "chi"):
+            sp, tr = load_ldp_dataset(DATA, name)
+            tr = [t for t in tr if len(t) >= 2]
+            reps = math.ceil(n_points / sum(map(len, tr)))
+            out.append((name, sp, (tr * reps)))
+    st = DATA / "shanghai_telecom" / "base_stations.csv"
+    if st.exists():
+        import pandas as pd
+
+        df = pd.read_csv(st)
+        sp = LocationSpace.from_latlon(df.latitude, df.longitude)
+    else:  # generated layout of the same size
+        sp = LocationSpace.from_latlon(31.0 + rng.random(3042) * 0.9, 121.0 + rng.random(3042))
+    out.append(("shanghai", sp, walks(sp, n_points // 5, rng)))
+    return out
+
+
+def em_loop(space, p, eps, dom, rng):
+    w = np.exp(-eps * space.dist[p, dom].astype(float) / (2 * space.diameter))
+    return int(dom[rng.choice(dom.size, p=w / w.sum())])
+
+
+def atp_loop(space, traj, eps, rng):
+    """Plain per-point ATP (same algorithm, one point at a time) for comparison."""
+    n = len(traj)
+    half = eps / 2
+    ea, er = half * SHARES["anchor"], half * SHARES["radius"]
+    ed = half * SHARES["directions"] / (n - 1)
+    ep = half * SHARES["points"] / n
+    g = choose_granularity(ed)
+    k = 12 // g
+    allp = np.arange(space.n)
+    anchor = int(anchor_points(space, np.asarray(traj)[None, :])[0])
+    copies = []
+    for parity in (1, 0):
+        a = em_loop(space, anchor, ea, allp, rng)
+        dr = space.row_max[a]
+        r = min(max(space.dist[a, t] for t in traj) / dr, 1.0) if dr > 0 else 0.0
+        sw = SquareWave(er)
+        b = sw.b
+        rh = float(sw.perturb(np.array([r]), rng=rng)[0])
+        rad = (rh + b) * dr / (2 * b + 1)
+        eta_t, mean = eta_table(space, er)
+        keep = [i for i, v in enumerate(TEST_VALUES) if v - b <= rh <= v + b]
+        eta = eta_t[a, keep[0], keep[-1]] if keep else mean[a]
+        beta = ((eta - rad) / eta if eta > 0 else 0.0) if rad < eta else (
+            (rad - eta) / (dr - eta) if dr > eta else 0.0)
+        rad = max(rad + math.exp(-er) * (eta - rad) / (1 + math.exp(-beta / 2)), 0.0)
+        region = np.flatnonzero(space.dist[a] <= rad)
+        out = [0] * n
+        for i in range(parity, n, 2):
+            out[i] = em_loop(space, traj[i], ep, region, rng)
+        for i in range(1 - parity, n, 2):
+            sets = []
+            for j in (i - 1, i + 1):
+                if 0 <= j < n:
+                    s = space.sector12[out[j], traj[i]] // k
+                    pk = 1 / (1 + (g - 1) * math.exp(-ed))
+                    if rng.random() >= pk:
+                        s = (s + 1 + rng.integers(g - 1)) % g
+                    sets.append(region[space.sector12[out[j], region] // k == s])
+            dom = sets[0] if len(sets) == 1 else np.intersect1d(sets[0], sets[1])
+            if dom.size == 0 and i > 0:
+                dom = sets[0]
+            if dom.size == 0:
+                dom = region
+            out[i] = em_loop(space, traj[i], ep, dom, rng)
+        copies.append(out)
+    return np.minimum(copies[0], copies[1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", type=int, default=100_000)
+    ap.add_argument("--loop-trajectories", type=int, default=300)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"{'|P|':>6} {'data':>9} {'mech':>9} {'points/s/core':>14}")
+    for name, sp, trajs in spaces(args.points, rng):
+        npts = sum(map(len, trajs))
+        for mech in ("atp", "tp", "exp"):
+            perturb(trajs[:200], sp, 4.0, mech, 0)  # warm caches (eta table, KD-tree)
+            t0 = time.perf_counter()
+            perturb(trajs, sp, 4.0, mech, 1)
+            dt = time.perf_counter() - t0
+            print(f"{sp.n:>6} {name:>9} {mech:>9} {npts / dt:>14,.0f}", flush=True)
+        sub = trajs[: args.loop_trajectories]
+        t0 = time.perf_counter()
+        for t in sub:
+            atp_loop(sp, t, 4.0, rng)
+        dt = time.perf_counter() - t0
+        print(f"{sp.n:>6} {name:>9} {'atp-loop':>9} {sum(map(len, sub)) / dt:>14,.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Privacy-budget arithmetic that never rounds in the user's disfavour.
+
+Every mechanism splits its epsilon with :func:`split` and reports what it spent with
+:func:`total_up`. ``split`` guarantees the exact (rational) sum of the parts is at most the
+total; ``total_up`` rounds the exact sum of float parts up to the next float. Together:
+``total_up(split(eps, w)) <= eps`` and, in practice, equals eps or one ulp below it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from udfs.errors import InvalidParameterError
+
+
+def check_epsilon(epsilon, name: str = "epsilon") -> float:
+    """Return epsilon as float, or raise InvalidParameterError if it is not finite and > 0."""
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"{name}={epsilon!r} is not a number; pass a finite float > 0"
+        ) from None
+    if not math.isfinite(eps) or eps <= 0.0:
+        raise InvalidParameterError(
+            f"{name}={epsilon!r} must be finite and > 0; pass e.g. {name}=1.0"
+        )
+    return eps
+
+
+def total_up(parts) -> float:
+    """Exact sum of float parts, rounded toward +inf (privacy rounds to the larger epsilon)."""
+    exact = sum((Fraction(float(p)) for p in parts), Fraction(0))
+    f = float(exact)
+    if Fraction(f) < exact:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def split(total: float, counts_weights: list[tuple[int, float]]) -> list[float]:
+    """Split ``total`` into groups: group i gives each of its ``count_i`` steps
+    ``total * weight_i / count_i``. Weights must sum to 1 over groups with count > 0.
+
+    Returns one per-step value per group (0.0 for empty groups). Values are nudged down by ulps
+    until the exact sum over all steps is <= total.
+    """
+    vals = [total * w / c if c > 0 else 0.0 for c, w in counts_weights]
+    for _ in range(64):
+        exact = sum(
+            (Fraction(v) * c for v, (c, _) in zip(vals, counts_weights, strict=True)), Fraction(0)
+        )
+        if exact <= Fraction(total):
+            return vals
+        i = max(range(len(vals)), key=lambda j: vals[j] * counts_weights[j][0])
+        vals[i] = math.nextafter(vals[i], 0.0)
+    raise AssertionError("budget split did not converge")  # unreachable for sane inputs
+
+
+@dataclass(frozen=True)
+class Step:
+    """One randomised release inside a mechanism: which copy, what, where, how much epsilon."""
+
+    copy: str  # "A" (pivots at odd positions), "B" (even) or "-" for single-copy mechanisms
+    kind: str  # "anchor", "radius", "direction", "point"
+    position: int  # trajectory position (for a direction: the non-pivot's position), -1 if none
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    """Every step a mechanism ran on one trajectory; ``spent`` is their sum rounded up."""
+
+    mechanism: str
+    length: int
+    steps: tuple[Step, ...]
+
+    @property
+    def spent(self) -> float:
+        return total_up(s.epsilon for s in self.steps)

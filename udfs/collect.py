@@ -1,0 +1,132 @@
+"""Entry point of LDP collection: `perturb` a batch of trajectories with TP, ATP, EXP or UNIFORM.
+
+The Spark layer calls :func:`perturb` once per user with that user's SeedSequence (derived from
+the secret run key and the user id), so a user's output depends only on the user's seed and
+trajectories. Within one call, trajectories are grouped by length and each group is perturbed
+with array operations (no Python loop per point); the random stream is consumed in order of
+increasing length, then input order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from udfs.atp import ATP
+from udfs.baselines import EXP, Uniform
+from udfs.budget import BudgetRecord
+from udfs.errors import InvalidParameterError, InvalidTrajectoryError
+from udfs.granularity import choose_granularity
+from udfs.space import LocationSpace
+from udfs.tp import TP
+
+MECHANISMS = ("tp", "atp", "exp", "uniform")
+
+__all__ = ["MECHANISMS", "choose_granularity", "make_mechanism", "perturb", "as_generator"]
+
+
+def as_generator(seed) -> np.random.Generator:
+    """int >= 0, numpy SeedSequence or Generator -> Generator (a Generator is used as is)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed >= 0:
+        return np.random.default_rng(int(seed))
+    raise InvalidParameterError(
+        f"seed={seed!r} is not a non-negative int, numpy SeedSequence or Generator; derive one "
+        "from the run key and user id (np.random.SeedSequence([...]))"
+    )
+
+
+def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
+                   granularity="auto", r_dir: float = 0.75, calibrated: bool = True,
+                   combiner: str = "eq7"):
+    """Build the mechanism value object (validates every parameter)."""
+    if not isinstance(space, LocationSpace):
+        raise InvalidParameterError("space must be a udfs.space.LocationSpace "
+                                    "(build it with LocationSpace.from_latlon)")
+    if mechanism == "tp":
+        return TP(space, epsilon, r_dir=r_dir, granularity=granularity, combiner=combiner)
+    if mechanism == "atp":
+        return ATP(space, epsilon, granularity=granularity, calibrated=calibrated,
+                   combiner=combiner)
+    if mechanism == "exp":
+        return EXP(space, epsilon)
+    if mechanism == "uniform":
+        return Uniform(space, epsilon)
+    raise InvalidParameterError(
+        f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}"
+    )
+
+
+def _validate(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]:
+    if max_len is not None and (
+        not isinstance(max_len, int | np.integer) or isinstance(max_len, bool) or max_len < 1
+    ):
+        raise InvalidParameterError(f"max_len={max_len!r} must be an int >= 1 (or None)")
+    out = []
+    for i, t in enumerate(trajectories):
+        a = np.asarray(t)
+        if a.ndim != 1:
+            raise InvalidTrajectoryError(
+                f"trajectory {i} has shape {a.shape}; pass a 1-D array of location ids")
+        if a.size == 0:
+            raise InvalidTrajectoryError(
+                f"trajectory {i} is empty; drop empty trajectories before perturbing")
+        if not np.issubdtype(a.dtype, np.integer):
+            if not (np.issubdtype(a.dtype, np.floating) and np.all(np.isfinite(a))
+                    and np.all(a == np.round(a))):
+                raise InvalidTrajectoryError(
+                    f"trajectory {i} holds non-integer values ({a.dtype}); pass location ids")
+        a = a.astype(np.int64)
+        if a.min() < 0 or a.max() >= n_loc:
+            raise InvalidTrajectoryError(
+                f"trajectory {i} has location id {int(a.min() if a.min() < 0 else a.max())} "
+                f"outside [0, {n_loc}); map points to ids of this LocationSpace first")
+        if max_len is not None and a.size > max_len:
+            raise InvalidTrajectoryError(
+                f"trajectory {i} has {a.size} points > max_len={max_len}; cut it into pieces "
+                f"of at most {max_len} points (ingestion does) or raise max_len")
+        out.append(a)
+    return out
+
+
+def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, seed, *,
+            granularity="auto", r_dir: float = 0.75, max_len: int | None = None,
+            calibrated: bool = True, combiner: str = "eq7", return_budget: bool = False):
+    """Perturb each trajectory with `mechanism` at budget `epsilon` per whole trajectory.
+
+    Args:
+        trajectories: list of 1-D integer arrays of location ids of `space` (each non-empty).
+        space: the public location set P.
+        epsilon: user-level budget of each trajectory (finite, > 0).
+        mechanism: "tp", "atp", "exp" or "uniform".
+        seed: int, SeedSequence or Generator; same seed and input -> same output.
+        granularity: "auto" (Eq. 8 evaluated at the per-direction budget; PROOF.md section 5)
+            or a fixed g in {2, 4, 6, 12} (TP/ATP only).
+        r_dir: TP's share of each copy spent on directions (ATP uses its fixed shares).
+        max_len: if given, a longer trajectory raises InvalidTrajectoryError.
+        calibrated: ATP's radius calibration on/off (post-processing either way).
+        combiner: "eq7" (DESIGN.md Eq. 7, default) or "midpoint" (TP/ATP; post-processing).
+        return_budget: also return one BudgetRecord per trajectory (each step's epsilon).
+
+    Returns:
+        list of int64 arrays (same order and lengths), or (list, list[BudgetRecord]).
+    """
+    mech = make_mechanism(space, epsilon, mechanism, granularity=granularity, r_dir=r_dir,
+                          calibrated=calibrated, combiner=combiner)
+    trajs = _validate(trajectories, space.n, max_len)
+    rng = as_generator(seed)
+    out: list[np.ndarray | None] = [None] * len(trajs)
+    lengths = np.array([t.size for t in trajs], dtype=np.int64)
+    for n in np.unique(lengths):
+        idx = np.flatnonzero(lengths == n)
+        group = np.stack([trajs[i] for i in idx])  # (N, n) location ids
+        res = mech.perturb_group(group, rng=rng)
+        for row, i in enumerate(idx):
+            out[i] = res[row].astype(np.int64)
+    if return_budget:
+        records: dict[int, BudgetRecord] = {}
+        recs = [records.setdefault(t.size, mech.record(t.size)) for t in trajs]
+        return out, recs
+    return out
