@@ -1,4 +1,4 @@
-"""Secrets of the raw zone: the pseudonym key and the run seed key.
+"""Keys of the raw zone: the pseudonym key and the run seed key (a stdlib-safe module name).
 
 Why keys and not the config seed: published tables must not let anyone recompute a user's noise
 or link a pseudonym back to a raw id. Both keys are 32 random bytes created once under

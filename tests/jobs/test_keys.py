@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.secrets import pseudonym, pseudonym_key, run_key, user_seed
+from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from udfs.errors import ConfigError
 
 
