@@ -1,0 +1,261 @@
+"""The trajpriv pipeline as one daily Airflow DAG; every stage is `spark-submit jobs/<stage>.py`.
+
+    collection.choose_source -> [collection.datagen ->] collection.ingest -> collection.collect
+      -> synthesis.train -> synthesis.synthesize -> evaluate -> report
+
+datagen lands the embedded synthetic records that ingest then reads (`source=datagen`, the
+default); with `source=ingest` the branch skips datagen and ingest reads the config's real source.
+
+Rules this file keeps (DESIGN.md sections 1, 8, 10):
+- It imports nothing from the project and does no work at import time: it only builds operators.
+  The stages run in their own Spark driver through spark-submit, with the project's interpreter.
+- Stage arguments are templated from the DAG params and the logical date. The run id and the
+  collection's run label are the logical date, so a rerun of a date (a retry, a cleared task, a
+  second `airflow dags test` of the same date) replaces that date's outputs, and collection reuses
+  the published result of the same run label: it spends no new privacy budget.
+- Tasks run one after another and one DAG run at a time: the embedded Derby metastore admits a
+  single Spark process (training does not need the collection's output; with a shared metastore
+  the two sides could run side by side).
+
+Deployment knobs (README, "Run it on a schedule"):
+- Connection `trajpriv_spark`, from the environment variable AIRFLOW_CONN_TRAJPRIV_SPARK, e.g.
+  '{"conn_type": "spark", "host": "local[2]"}' or 'spark://spark-master:7077'. It says where
+  spark-submit sends the application; `spark-submit` must be on the worker's PATH.
+- The Spark session's master comes from the trajpriv config (`spark.master`, local[2] in the
+  embedded default) or the `spark_master` param when given: keep it equal to the connection's.
+- TRAJPRIV_HOME (the checkout or unpacked release the workers see; default: the folder above this
+  file) and TRAJPRIV_PYTHON (the interpreter with pyspark and the project; default
+  $TRAJPRIV_HOME/.venv/bin/python) only give the defaults of the `project_dir` and `python` params.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import BranchPythonOperator
+from airflow.sdk import DAG, BaseHook, Param, TaskGroup, TriggerRule, chain
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+DAG_ID = "trajpriv_pipeline"
+SPARK_CONN_ID = "trajpriv_spark"
+# The harness exits 2 for a user error (bad config, budget exceeded, missing input): retrying it
+# cannot help, so the task fails at once. Other failures (exit 1, a lost executor) are retried.
+EXIT_USER_ERROR = 2
+
+_HOME = os.environ.get("TRAJPRIV_HOME") or os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))
+)
+_PYTHON = os.environ.get("TRAJPRIV_PYTHON") or os.path.join(_HOME, ".venv", "bin", "python")
+
+
+class StageSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator for one trajpriv stage.
+
+    Three additions to the stock operator:
+    - a templated argument may render to several arguments, one per line, or to none (an empty
+      line), so an unset optional param adds no `--set` at all and the config file decides;
+    - a missing Spark connection fails with the environment variable to set (the stock hook
+      would silently fall back to `--master yarn`);
+    - a user error of the job (exit code 2) fails the task without retries.
+    """
+
+    def execute(self, context: Any) -> None:
+        self.application_args = [
+            line
+            for arg in self.application_args or []
+            for line in str(arg).splitlines()
+            if line.strip()
+        ]
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowException as exc:
+            raise AirflowFailException(
+                f"Spark connection {self._conn_id!r} is not defined: set the environment variable "
+                f"AIRFLOW_CONN_{self._conn_id.upper()}, e.g. "
+                '\'{"conn_type": "spark", "host": "local[2]"}\''
+            ) from exc
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is not None and process.returncode == EXIT_USER_ERROR:
+                raise AirflowFailException(str(exc)) from exc
+            raise
+
+
+def _choose_source(params: dict[str, Any], **_: Any) -> list[str]:
+    """Branch: generate the embedded synthetic records and ingest them, or ingest a real source."""
+    if params["source"] == "datagen":
+        return ["collection.datagen", "collection.ingest"]
+    return ["collection.ingest"]
+
+
+def _project_path(project_dir: str, path: str) -> str:
+    """`path` as given when absolute, else relative to the project directory."""
+    return path if os.path.isabs(path) else os.path.join(project_dir, path)
+
+
+def _override(param: str, key: str) -> str:
+    """Template of `--set=<key>=<param as YAML>`, rendering empty while the param is null."""
+    return (
+        f"{{% if params.{param} is not none %}}"
+        f"--set={key}={{{{ params.{param} | tojson }}}}{{% endif %}}"
+    )
+
+
+# Arguments every stage gets (its config is one whole, validated by each stage at start).
+# Optional params render to an empty argument, which StageSubmitOperator drops.
+STAGE_ARGS = [
+    "--config={{ project_path(params.project_dir, params.config) }}",
+    "--run-id=" + DAG_ID + "-{{ ds_nodash }}",
+    "--set=collect.run_label={{ ds | tojson }}",  # quoted: YAML would read a bare date
+    _override("dataset", "dataset"),
+    _override("storage_root", "storage.root"),
+    _override("spark_master", "spark.master"),
+    _override("epsilons", "collect.epsilons"),
+    _override("mechanisms", "collect.mechanisms"),
+    _override("noise", "train.noise"),
+    _override("target_epsilon", "train.target_epsilon"),
+    "{% for item in params.overrides %}--set={{ item }}\n{% endfor %}",
+]
+
+PARAMS = {
+    "config": Param(
+        "conf/default.yaml",
+        type="string",
+        minLength=1,
+        description="trajpriv YAML config, absolute or relative to project_dir",
+    ),
+    "source": Param(
+        "datagen",
+        enum=["datagen", "ingest"],
+        description="datagen: generate the embedded synthetic slice, then ingest it; "
+        "ingest: ingest the config's real source only",
+    ),
+    "dataset": Param(
+        None,
+        type=["null", "string"],
+        description="dataset name (rows every stage reads and writes); null: the config's",
+    ),
+    "epsilons": Param(
+        None,
+        type=["null", "array"],
+        items={"type": "number"},
+        minItems=1,
+        description="LDP budgets of the collection sweep; null: the config's",
+    ),
+    "mechanisms": Param(
+        None,
+        type=["null", "array"],
+        items={"enum": ["tp", "atp", "exp", "uniform"]},
+        minItems=1,
+        description="collection mechanisms; null: the config's",
+    ),
+    "noise": Param(
+        None,
+        type=["null", "number"],
+        description="PateGAIL Laplace noise scale lambda; null: the config's",
+    ),
+    "target_epsilon": Param(
+        None,
+        type=["null", "number"],
+        description="training stops before this epsilon would be exceeded; null: the config's",
+    ),
+    "spark_master": Param(
+        None,
+        type=["null", "string"],
+        description="Spark master of the stage sessions (keep equal to the connection's); "
+        "null: the config's spark.master",
+    ),
+    "storage_root": Param(
+        None,
+        type=["null", "string"],
+        description="data root (warehouse, metastore, reports); null: the config's",
+    ),
+    "overrides": Param(
+        [],
+        type="array",
+        items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*=[^\n]*$"},
+        description="further config overrides, key.path=value (YAML value), for every stage",
+    ),
+    "project_dir": Param(
+        _HOME,
+        type="string",
+        minLength=1,
+        description="the trajpriv checkout or release the worker sees (jobs/, conf/)",
+    ),
+    "python": Param(
+        _PYTHON,
+        type="string",
+        minLength=1,
+        description="interpreter with pyspark and the project, for the driver and the executors",
+    ),
+    "py_files": Param(
+        "",
+        type="string",
+        description="zip of the project for the executors (make dist: dist/trajpriv.zip); "
+        "empty when they import it already (local mode)",
+    ),
+}
+
+DEFAULT_ARGS = {
+    "owner": "trajpriv",
+    "retries": 2,
+    "retry_delay": dt.timedelta(seconds=30),
+    "retry_exponential_backoff": 2.0,  # 30 s, 60 s, ... capped at 10 min
+    "max_retry_delay": dt.timedelta(minutes=10),
+    "execution_timeout": dt.timedelta(hours=6),
+}
+
+
+def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
+    return StageSubmitOperator(
+        task_id=stage,
+        conn_id=SPARK_CONN_ID,
+        application="{{ params.project_dir }}/jobs/" + stage + ".py",
+        application_args=STAGE_ARGS,
+        py_files="{{ params.py_files }}",
+        name=f"trajpriv-{stage}-{{{{ ds_nodash }}}}",
+        env_vars={
+            "PYSPARK_PYTHON": "{{ params.python }}",
+            "PYSPARK_DRIVER_PYTHON": "{{ params.python }}",
+            # Keep jobs/ off sys.path of the driver script: jobs/secrets.py must not shadow the
+            # standard library's `secrets` (Python 3.11+: PYTHONSAFEPATH).
+            "PYTHONSAFEPATH": "1",
+        },
+        **kwargs,
+    )
+
+
+with DAG(
+    dag_id=DAG_ID,
+    description="LDP trajectory collection and PateGAIL++ synthesis, evaluated and reported",
+    schedule="@daily",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    max_active_tasks=1,
+    default_args=DEFAULT_ARGS,
+    params=PARAMS,
+    user_defined_macros={"project_path": _project_path},
+    dagrun_timeout=dt.timedelta(hours=24),
+    tags=["trajpriv", "spark", "privacy"],
+    doc_md=__doc__,
+) as dag:
+    with TaskGroup("collection", tooltip="raw records in, perturbed out") as collection:
+        choose_source = BranchPythonOperator(
+            task_id="choose_source", python_callable=_choose_source
+        )
+        datagen = _stage("datagen")
+        # Runs after datagen, or right after the branch when datagen is skipped.
+        ingest = _stage("ingest", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+        chain(choose_source, datagen, ingest, _stage("collect"))
+        choose_source >> ingest
+
+    with TaskGroup("synthesis", tooltip="PateGAIL++ training, synthetic days") as synthesis:
+        chain(_stage("train"), _stage("synthesize"))
+
+    chain(collection, synthesis, _stage("evaluate"), _stage("report"))
