@@ -1,0 +1,67 @@
+"""Shared pieces of the aggregation schemes: noise, sensitivities, compensation, release record.
+
+Neighbouring relation (all central schemes): two training sets that differ in ONE USER'S WHOLE
+DATA (replace-one, user-level), with the set of N participating users of the round public. A
+user's data enters a round only through that user's critic, so the reward vector R_u(.) of one
+user may change arbitrarily inside [0, 1]^B while every other R_v stays fixed (the generated batch
+and the other critics depend on other users' data and on earlier releases only, which adaptive
+composition handles). Hence, per generated sample:
+  mean  m = (1/N) sum_u R_u            Delta_f = 1/N
+  var   v = (1/N) sum_u (R_u - m)^2    Delta_v = (N - 1) / N^2   (derivation in models/PROOF.md)
+and over a batch of B samples the user's change touches all B coordinates, so the batch's
+user-level privacy loss is the composition over its B per-sample releases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from udfs.errors import InvalidParameterError
+
+
+def laplace(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Standard Laplace(0, 1) draws as the difference of two Exp(1) (float64)."""
+    e = torch.empty((2, *shape), dtype=torch.float64).exponential_(generator=gen)
+    return e[0] - e[1]
+
+
+def delta_f(n: int) -> float:
+    """L1 sensitivity of a mean of n rewards in [0, 1] under user replacement."""
+    if n < 1:
+        raise InvalidParameterError(f"need at least one participating user; got {n}")
+    return 1.0 / n
+
+
+def delta_v(n: int) -> float:
+    """L1 sensitivity of the population variance of n rewards in [0, 1] (0 for n = 1)."""
+    return (n - 1) / (n * n)
+
+
+def compensate(mean: torch.Tensor, var_noisy: torch.Tensor | None, beta: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamics compensation R^ = R - beta * sqrt(max(0, Var + noise)) (post-processing)."""
+    if var_noisy is None or beta == 0:
+        return mean, torch.zeros_like(mean)
+    xi = var_noisy.clamp_min(0).sqrt()
+    return mean - beta * xi, xi
+
+
+@dataclass
+class Release:
+    """What a scheme publishes for one batch (all float64 (B,) except the scalars)."""
+
+    rewards: torch.Tensor  # R^ fed to PPO
+    mean: torch.Tensor  # noisy mean R
+    xi: torch.Tensor  # compensation term (0 when off)
+    eps_per_sample: torch.Tensor  # epsilon of each sample's mean release
+    pilot: torch.Tensor | None
+    epsilon_spent: float  # basic-composition epsilon of this batch (all its releases)
+
+
+def check_common(noise: float, beta: float) -> None:
+    if not noise > 0:
+        raise InvalidParameterError(f"noise (Laplace scale lambda) must be > 0; got {noise}")
+    if beta < 0:
+        raise InvalidParameterError(f"beta (dynamics compensation) must be >= 0; got {beta}")

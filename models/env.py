@@ -1,0 +1,166 @@
+"""Vectorised mobility environment: many 48-slot user-days stepped at once as tensors.
+
+State of an episode after slot t: current location, slot t, number of distinct locations so far,
+current stay length (slots at the current location, >= 1), home, plus the location history
+(E, 48) from which visit counts are derived. Home is the day's slot-0 location (for real days and
+for generated days alike: a generated day starts at home, drawn from the DP start histogram).
+
+Actions (one per transition t -> t+1, 47 per day):
+- STAY: remain at the current location.
+- EXPLORE: move to a location never visited today. Generated: the k-th nearest of the K nearest
+  locations of the current one, P(k) proportional to k^-alpha over the unvisited candidates.
+- HOME: move to home (valid only when away from home).
+- RETURN: move to a location visited earlier today that is neither home nor the current one,
+  with probability proportional to its visit count (slots spent there so far).
+
+Every action carries an explicit target location (`step(actions, targets)`), so replaying a real
+day's labelled actions with its recorded targets reproduces it exactly, including an explore
+jump to a location outside the K nearest (which the generator itself cannot produce; see
+`MobilityEnv.outside_k_fraction`). The labelling rule is a function of the same state the
+generator sees, so expert and generated pairs share one definition of each action.
+Runtime: O(E * (K + 48)) per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from udfs.errors import InvalidParameterError, InvalidTrajectoryError
+
+SLOTS = 48
+STAY, EXPLORE, HOME, RETURN = 0, 1, 2, 3
+N_ACTIONS = 4
+
+
+@dataclass
+class EnvState:
+    """Batch of episode states; every field has leading dimension E (episodes)."""
+
+    loc: torch.Tensor  # (E,) long
+    home: torch.Tensor  # (E,) long
+    slot: torch.Tensor  # (E,) long, current slot t
+    n_distinct: torch.Tensor  # (E,) long
+    stay_len: torch.Tensor  # (E,) long
+    history: torch.Tensor  # (E, 48) long, -1 after slot t
+
+
+class MobilityEnv:
+    """The public map: coordinates of every location and the K-nearest table."""
+
+    def __init__(self, coords: np.ndarray, k_nearest: int = 200, explore_exponent: float = 0.6):
+        coords = np.asarray(coords, dtype=np.float64)
+        if coords.ndim != 2 or coords.shape[1] != 2 or len(coords) < 2:
+            raise InvalidParameterError(f"coords must be (L>=2, 2); got shape {coords.shape}")
+        if not 1 <= k_nearest:
+            raise InvalidParameterError(f"k_nearest must be >= 1; got {k_nearest}")
+        self.n_locations = len(coords)
+        self.k = min(k_nearest, self.n_locations - 1)
+        self.explore_exponent = float(explore_exponent)
+        c = torch.as_tensor(coords, dtype=torch.float64)
+        self.coords = c.float()
+        mean, std = c.mean(0), c.std(0).clamp_min(1e-9)
+        self.coords_norm = ((c - mean) / std).float()  # public standardisation of the map
+        # K nearest by squared degree distance, excluding the location itself; chunked.
+        nn_rows = []
+        for start in range(0, self.n_locations, 1024):
+            d = torch.cdist(c[start:start + 1024], c) ** 2
+            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+            nn_rows.append(torch.topk(d, self.k, largest=False, sorted=True).indices)
+        self.nearest = torch.cat(nn_rows)  # (L, K) long, column k-1 = k-th nearest
+        ranks = torch.arange(1, self.k + 1, dtype=torch.float64)
+        self.rank_weights = (ranks ** -self.explore_exponent).float()  # (K,)
+
+    # ----------------------------------------------------------------------------------------
+    def reset(self, start_locs: torch.Tensor) -> EnvState:
+        start = torch.as_tensor(start_locs, dtype=torch.long)
+        e = start.shape[0]
+        hist = torch.full((e, SLOTS), -1, dtype=torch.long)
+        hist[:, 0] = start
+        one = torch.ones(e, dtype=torch.long)
+        return EnvState(start.clone(), start.clone(), torch.zeros(e, dtype=torch.long), one,
+                        one.clone(), hist)
+
+    def _visited(self, state: EnvState, cand: torch.Tensor) -> torch.Tensor:
+        """(E, C) bool: candidate location already in the episode's history."""
+        return (cand.unsqueeze(-1) == state.history.unsqueeze(1)).any(-1)
+
+    def _return_weights(self, state: EnvState) -> torch.Tensor:
+        """(E, 48) visit-count weights: one per past slot at a non-home, non-current location."""
+        h = state.history
+        return ((h >= 0) & (h != state.home[:, None]) & (h != state.loc[:, None])).float()
+
+    def action_mask(self, state: EnvState) -> torch.Tensor:
+        """(E, 4) bool of valid actions (stay and explore are always valid)."""
+        mask = torch.ones(state.loc.shape[0], N_ACTIONS, dtype=torch.bool)
+        mask[:, HOME] = state.loc != state.home
+        mask[:, RETURN] = self._return_weights(state).sum(1) > 0
+        return mask
+
+    def sample_targets(self, state: EnvState, actions: torch.Tensor,
+                       gen: torch.Generator) -> torch.Tensor:
+        """Target location of each action (current location for stay, home for home)."""
+        targets = torch.where(actions == HOME, state.home, state.loc).clone()
+        exp = (actions == EXPLORE).nonzero().squeeze(1)
+        if exp.numel():
+            cand = self.nearest[state.loc[exp]]  # (e, K)
+            sub = EnvState(state.loc[exp], state.home[exp], state.slot[exp],
+                           state.n_distinct[exp], state.stay_len[exp], state.history[exp])
+            w = self.rank_weights.expand(exp.numel(), -1).masked_fill(self._visited(sub, cand), 0)
+            w = torch.where(w.sum(1, keepdim=True) > 0, w, self.rank_weights)  # all visited: any
+            k = torch.multinomial(w, 1, generator=gen).squeeze(1)
+            targets[exp] = cand[torch.arange(exp.numel()), k]
+        ret = (actions == RETURN).nonzero().squeeze(1)
+        if ret.numel():
+            w = self._return_weights(state)[ret]
+            j = torch.multinomial(w, 1, generator=gen).squeeze(1)
+            targets[ret] = state.history[ret, j]
+        return targets
+
+    def step(self, state: EnvState, actions: torch.Tensor, targets: torch.Tensor) -> EnvState:
+        """Deterministic transition to slot t+1; does not modify `state`."""
+        new = torch.where(actions == STAY, state.loc,
+                          torch.where(actions == HOME, state.home, targets))
+        is_new = ~self._visited(state, new[:, None]).squeeze(1)
+        hist = state.history.clone()
+        rows = torch.arange(new.shape[0])
+        hist[rows, state.slot + 1] = new
+        return EnvState(new, state.home, state.slot + 1, state.n_distinct + is_new.long(),
+                        torch.where(new == state.loc, state.stay_len + 1,
+                                    torch.ones_like(state.stay_len)), hist)
+
+    # ----------------------------------------------------------------------------------------
+    def label(self, state: EnvState, next_locs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert action and target for the transition of each episode to `next_locs`."""
+        nxt = torch.as_tensor(next_locs, dtype=torch.long)
+        visited = self._visited(state, nxt[:, None]).squeeze(1)
+        act = torch.full_like(nxt, EXPLORE)
+        act = torch.where(visited, torch.full_like(nxt, RETURN), act)
+        act = torch.where(nxt == state.home, torch.full_like(nxt, HOME), act)
+        act = torch.where(nxt == state.loc, torch.full_like(nxt, STAY), act)
+        return act, nxt
+
+    def check_days(self, days: np.ndarray) -> torch.Tensor:
+        d = torch.as_tensor(np.asarray(days), dtype=torch.long)
+        if d.ndim != 2 or d.shape[1] != SLOTS:
+            raise InvalidTrajectoryError(f"days must be (n, {SLOTS}); got {tuple(d.shape)}")
+        if d.numel() and (d.min() < 0 or d.max() >= self.n_locations):
+            raise InvalidTrajectoryError(
+                f"location ids must lie in [0, {self.n_locations}); got [{int(d.min())}, "
+                f"{int(d.max())}]")
+        return d
+
+    def outside_k_fraction(self, days: np.ndarray) -> float:
+        """Share of real explore moves whose target is not among the K nearest (unreachable)."""
+        d = self.check_days(days)
+        state, hits, total = self.reset(d[:, 0]), 0, 0
+        for t in range(SLOTS - 1):
+            act, tgt = self.label(state, d[:, t + 1])
+            exp = act == EXPLORE
+            inside = (self.nearest[state.loc[exp]] == tgt[exp, None]).any(1)
+            hits += int(inside.sum())
+            total += int(exp.sum())
+            state = self.step(state, act, tgt)
+        return 0.0 if total == 0 else 1.0 - hits / total

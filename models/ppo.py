@@ -1,0 +1,117 @@
+"""Rollouts and PPO (clipped surrogate, GAE, entropy bonus, value loss).
+
+Old log-probabilities and values are stored at rollout time; the first minibatch of the first
+epoch therefore sees ratio exactly 1, later ones see the policy move. Every random draw (actions,
+targets, minibatch order) takes an explicit torch.Generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models.env import SLOTS, MobilityEnv
+from models.features import Trajectories, stack_steps, state_action_features
+from models.policy import PolicyNet, ValueNet
+
+OBS_KEYS = ("loc", "home", "slot", "n_distinct", "stay_len", "mask")
+
+
+@dataclass
+class Rollout:
+    traj: Trajectories
+    logp: torch.Tensor  # (E, T) log pi_old(a|s)
+    values: torch.Tensor  # (E, T) V_old(s)
+
+
+def obs_of(traj: Trajectories, flat: bool = True) -> dict[str, torch.Tensor]:
+    return {k: (traj.flat(k) if flat else getattr(traj, k)) for k in OBS_KEYS}
+
+
+@torch.no_grad()
+def rollout(policy: PolicyNet, value: ValueNet, env: MobilityEnv, start_locs: torch.Tensor,
+            gen: torch.Generator) -> Rollout:
+    """Generate len(start_locs) days with the current policy."""
+    state = env.reset(start_locs)
+    states, masks, acts, tgts, feats = [], [], [], [], []
+    for _ in range(SLOTS - 1):
+        mask = env.action_mask(state)
+        obs = {"loc": state.loc, "home": state.home, "slot": state.slot,
+               "n_distinct": state.n_distinct, "stay_len": state.stay_len, "mask": mask}
+        probs = torch.softmax(policy(obs, env.coords_norm), -1)
+        a = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        tgt = env.sample_targets(state, a, gen)
+        states.append(state)
+        masks.append(mask)
+        acts.append(a)
+        tgts.append(tgt)
+        feats.append(state_action_features(env, state, a))
+        state = env.step(state, a, tgt)
+    traj = stack_steps(states, masks, acts, tgts, feats, state.history)
+    obs = obs_of(traj)
+    logp = policy.distribution(obs, env.coords_norm).log_prob(traj.flat("actions"))
+    e = start_locs.shape[0]
+    return Rollout(traj, logp.view(e, -1), value(obs, env.coords_norm).view(e, -1))
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 0.99,
+        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over (E, T); the day ends after T (bootstrap 0)."""
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros(rewards.shape[0])
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        nxt = values[:, t + 1] if t + 1 < rewards.shape[1] else torch.zeros_like(last)
+        delta = rewards[:, t] + gamma * nxt - values[:, t]
+        last = delta + gamma * lam * last
+        adv[:, t] = last
+    return adv, adv + values
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    clip: float = 0.2
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    epochs: int = 4
+    minibatch: int = 512
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+
+def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, ro: Rollout,
+               rewards: torch.Tensor, env: MobilityEnv, s: PPOSettings,
+               gen: torch.Generator) -> dict:
+    """PPO epochs over the rollout; returns losses and per-minibatch ratio statistics."""
+    adv, ret = gae(rewards, ro.values, s.gamma, s.gae_lambda)
+    adv, ret = adv.reshape(-1), ret.reshape(-1)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    obs, acts, logp_old = obs_of(ro.traj), ro.traj.flat("actions"), ro.logp.reshape(-1)
+    n = acts.shape[0]
+    stats: dict = {"ratio_mean": [], "ratio_maxdev": [], "clip_frac": [], "policy_loss": [],
+                   "value_loss": [], "entropy": []}
+    params = list(policy.parameters()) + list(value.parameters())
+    for _ in range(s.epochs):
+        perm = torch.randperm(n, generator=gen)
+        for start in range(0, n, s.minibatch):
+            i = perm[start:start + s.minibatch]
+            o = {k: v[i] for k, v in obs.items()}
+            dist = policy.distribution(o, env.coords_norm)
+            ratio = torch.exp(dist.log_prob(acts[i]) - logp_old[i])
+            surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i])
+            ent = dist.entropy().mean()
+            v_loss = ((value(o, env.coords_norm) - ret[i]) ** 2).mean()
+            loss = -surr.mean() + s.value_coef * v_loss - s.entropy_coef * ent
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+            opt.step()
+            with torch.no_grad():
+                stats["ratio_mean"].append(float(ratio.mean()))
+                stats["ratio_maxdev"].append(float((ratio - 1).abs().max()))
+                stats["clip_frac"].append(float(((ratio - 1).abs() > s.clip).float().mean()))
+                stats["policy_loss"].append(float(-surr.mean()))
+                stats["value_loss"].append(float(v_loss))
+                stats["entropy"].append(float(ent))
+    return stats
