@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from udfs.errors import ConfigError
 
@@ -81,19 +88,90 @@ class DatagenConfig(_Section):
     usage_csv: Path | None = None
     active_share: float = Field(0.37, gt=0, le=1)
     partitions: int = Field(8, ge=1)
+    # Generator seed; None = the top-level `seed`. Same seed -> identical records.
+    seed: int | None = Field(None, ge=0)
+    work_share: float = Field(0.8, ge=0, le=1)  # share of users with a work place 2-15 km away
+    records_per_day: float = Field(8.5, gt=1, le=200)  # mean records of an active user-day
+    # Real station list filter and generated layout bounds: [lat_min, lat_max, lon_min, lon_max].
+    station_box: tuple[float, float, float, float] = (30.6, 31.9, 120.8, 122.2)
+    layout_box: tuple[float, float, float, float] = (30.7, 31.6, 120.9, 121.95)
+    # Landing format of the records: csv (text, like the real data; header, ISO timestamps) or
+    # parquet (typed, faster to ingest). Same columns: user, start, end, lat, lon, loc_id.
+    output_format: Literal["csv", "parquet"] = "csv"
+
+    @field_validator("station_box", "layout_box")
+    @classmethod
+    def _datagen_box(cls, value: tuple[float, float, float, float]):
+        lat0, lat1, lon0, lon1 = value
+        if not (-90 <= lat0 < lat1 <= 90 and -180 <= lon0 < lon1 <= 180):
+            raise ValueError("expected [lat_min, lat_max, lon_min, lon_max] with min < max")
+        return value
+
+    @field_validator("start_date")
+    @classmethod
+    def _datagen_start(cls, value: dt.date) -> dt.date:
+        if not dt.date(1971, 1, 1) <= value <= dt.date(2200, 1, 1):
+            raise ValueError("start_date must lie between 1971-01-01 and 2200-01-01")
+        return value
 
 
 class IngestConfig(_Section):
-    """Which raw source to read and how to map and shape it (DESIGN.md sections 3 and 5)."""
+    """Which raw source to read and how to map and shape it (DESIGN.md sections 3 and 5).
+
+    `path`/`locations_path` default, for `source: telecom`, to what `trajpriv datagen` lands:
+    `<storage.root>/landing/<dataset>/records/` and `.../stations.csv`. Without a location file,
+    PLT points map to a grid of `grid_deg` cells (optionally inside `grid_bbox`) and check-ins to
+    the locations their own `Location ID`s name. `time_origin` is day 0 of numeric timestamps
+    (`ts_unit: minutes`, the CPS data) and of the 48-slot data's day numbers. `order: file` keeps
+    each user's records in input order (CPS rows are the path; their minutes are not monotone).
+    """
 
     source: Literal["telecom", "plt", "checkins", "slots48"] = "telecom"
     path: Path | None = None
     locations_path: Path | None = None
+    locations_format: Literal["auto", "csv", "gps"] = "auto"
     max_distance_km: float = Field(1.0, gt=0)
     window_start: dt.date | None = None
     window_end: dt.date | None = None
     max_len: int = Field(8, ge=1)
     gap_hours: float = Field(3.0, gt=0)
+    ts_unit: Literal["datetime", "minutes", "seconds"] = "datetime"
+    time_origin: dt.datetime = dt.datetime(2000, 1, 1)
+    order: Literal["time", "file"] = "time"
+    grid_deg: float = Field(0.01, gt=0, le=10)
+    grid_bbox: tuple[float, float, float, float] | None = None
+    buckets: int = Field(8, ge=1, le=4096)
+
+    @field_validator("max_distance_km", "gap_hours", "grid_deg")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        import math
+
+        if not math.isfinite(value):
+            raise ValueError(f"must be finite, got {value}")
+        return value
+
+    @field_validator("grid_bbox")
+    @classmethod
+    def _box(cls, value: tuple[float, float, float, float] | None):
+        if value is not None:
+            lat0, lat1, lon0, lon1 = value
+            if not (-90 <= lat0 < lat1 <= 90 and -180 <= lon0 < lon1 <= 180):
+                raise ValueError("expected [lat_min, lat_max, lon_min, lon_max] with min < max")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IngestConfig:
+        if self.window_start and self.window_end and self.window_end < self.window_start:
+            raise ValueError(
+                f"window_end {self.window_end} is before window_start {self.window_start}"
+            )
+        if self.grid_bbox is None and self.grid_deg < 0.01:
+            raise ValueError(
+                f"grid_deg {self.grid_deg} < 0.01 needs a grid_bbox (global cell ids would "
+                "overflow 32-bit location ids)"
+            )
+        return self
 
 
 Mechanism = Literal["tp", "atp", "exp", "uniform"]
@@ -111,6 +189,31 @@ class CollectConfig(_Section):
     run_label: str = "default"
     prq_km: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0])
     acd_top_fraction: float = Field(0.1, gt=0, le=1)
+    # The collection window: trajectories dated window_start..window_end (inclusive) are
+    # collected; None = unbounded on that side. Part of the collection's identity (reuse key).
+    window_start: dt.date | None = None
+    window_end: dt.date | None = None
+    calibrated: bool = True  # ATP radius calibration (post-processing either way)
+    max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
+
+    @field_validator("run_label")
+    @classmethod
+    def _safe_label(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", value):
+            raise ValueError("use 1-64 letters, digits, '_' or '-' (it names table partitions)")
+        return value
+
+    @model_validator(mode="after")
+    def _window_ordered(self) -> CollectConfig:
+        if self.window_start and self.window_end and self.window_end < self.window_start:
+            raise ValueError(
+                f"window_end {self.window_end} is before window_start {self.window_start}"
+            )
+        if len(set(self.mechanisms)) != len(self.mechanisms):
+            raise ValueError(f"mechanisms has duplicates: {self.mechanisms}")
+        if len(set(self.epsilons)) != len(self.epsilons):
+            raise ValueError(f"epsilons has duplicates: {self.epsilons}")
+        return self
 
     @field_validator("epsilons")
     @classmethod
@@ -126,10 +229,16 @@ class CollectConfig(_Section):
 
 
 class TrainConfig(_Section):
-    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6)."""
+    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6, docs/train_synthesize.md).
+
+    `options` holds any field of `models.config.TrainConfig` (episodes_per_round, critic_hidden,
+    ...; a wrong name fails at start). `blocks` cuts each round's episodes into equal blocks with
+    their own random streams: results do not depend on `num_processes` as long as `blocks` stays
+    the same (it must be a multiple of num_processes and divide episodes_per_round).
+    """
 
     enabled: bool = True
-    method: Literal["pategail", "pategail++", "ldp"] = "pategail++"
+    method: Literal["pategail", "pategail++", "ldp", "ldp++"] = "pategail++"
     noise: float = Field(0.10, gt=0)
     target_epsilon: float = Field(10.0, gt=0)
     delta: float = Field(1e-5, gt=0, lt=1)
@@ -137,6 +246,9 @@ class TrainConfig(_Section):
     num_processes: int = Field(1, ge=1)
     use_gpu: bool = False
     holdout_fraction: float = Field(0.3, gt=0, lt=1)
+    blocks: int = Field(4, ge=1)
+    local_mode: bool = True  # TorchDistributor local_mode (ranks on the driver)
+    timeout_s: float = Field(1800.0, gt=0)  # collective timeout of the process group
     options: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -1,0 +1,222 @@
+"""`trajpriv datagen`: synthetic Telecom-Shanghai-shaped records (DESIGN.md section 5).
+
+Reads nothing but the optional station and usage files; writes
+- `<storage.root>/landing/<dataset>/records/`: the raw records, one row per connection, columns
+  `user, start, end, lat, lon, loc_id` (CSV with a header and `yyyy-MM-dd HH:mm:ss` local times,
+  or Parquet with timestamp_ntz columns; `datagen.output_format`), several part files; this is
+  what `trajpriv ingest` (source telecom) reads by default;
+- `<storage.root>/landing/<dataset>/stations.csv`: the location set `loc_id, lat, lon`;
+- table `trajpriv_pub.locations` (dataset, loc_id, lat, lon) for that dataset.
+Both landing paths are replaced whole (written beside, then swapped in), so a rerun or a failed
+run never leaves a mix of two generations.
+
+The work is one narrow Spark pipeline over user ids; the per-user kernel is
+`jobs.datagen_model.simulate_user` (pure numpy), seeded per user, so the output does not depend
+on `datagen.partitions`. The realism statistics (`jobs.datagen_stats`) are computed from the
+same persisted records, printed and returned as the run's figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from jobs.config import Config
+from jobs.datagen_model import MobilityParams, simulate_users
+from jobs.datagen_stations import (
+    StationIndex,
+    generate_layout,
+    load_stations,
+    nearest_neighbour_km,
+)
+from jobs.datagen_stats import format_stats, summarise, user_day_metrics
+
+log = logging.getLogger(__name__)
+
+RECORDS_SCHEMA = (
+    "user long, start timestamp_ntz, `end` timestamp_ntz, lat double, lon double, loc_id long"
+)
+METRICS_SCHEMA = "n_records long, n_distinct long, rg_km double, jump_km double"
+USERS_PER_CHUNK = 64  # users simulated per pandas frame handed back to Spark
+
+
+def station_table(cfg: Config) -> tuple[pd.DataFrame, str]:
+    """The location set with popularity (`loc_id, lat, lon, weight`) and where it came from."""
+    dg = cfg.datagen
+    if dg.stations_csv is not None and Path(dg.stations_csv).is_file():
+        usage = dg.usage_csv
+        if usage is not None and not Path(usage).is_file():
+            log.warning("datagen: usage file %s missing, uniform station popularity", usage)
+            usage = None
+        table = load_stations(Path(dg.stations_csv), usage, box=dg.station_box)
+        source = f"real: {dg.stations_csv}" + (f" (popularity: {usage})" if usage else "")
+        return table, source
+    if dg.stations_csv is not None:
+        log.warning(
+            "datagen: station file %s is absent; generating a %d-station layout instead",
+            dg.stations_csv,
+            dg.n_stations,
+        )
+    table = generate_layout(dg.n_stations, seed_of(cfg), box=dg.layout_box)
+    return table, f"generated: {dg.n_stations} stations"
+
+
+def seed_of(cfg: Config) -> int:
+    return cfg.datagen.seed if cfg.datagen.seed is not None else cfg.seed
+
+
+def mobility_params(cfg: Config) -> MobilityParams:
+    dg = cfg.datagen
+    return MobilityParams(
+        seed=seed_of(cfg),
+        days=dg.days,
+        start_date=dg.start_date,
+        active_share=dg.active_share,
+        work_share=dg.work_share,
+        records_per_day=dg.records_per_day,
+    )
+
+
+def generate(spark, stations: pd.DataFrame, params: MobilityParams, users: int, partitions: int):
+    """DataFrame of every record (RECORDS_SCHEMA); lazy, one narrow stage over user ids."""
+    table = spark.sparkContext.broadcast(stations[["loc_id", "lat", "lon", "weight"]])
+
+    def kernel(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        index = StationIndex.from_table(table.value)
+        for batch in batches:  # rows: user
+            ids = batch["user"].to_numpy()
+            for lo in range(0, len(ids), USERS_PER_CHUNK):
+                # rows: one per record of these users, each user's records sorted by start
+                yield simulate_users(ids[lo : lo + USERS_PER_CHUNK], index, params)
+
+    users_df = spark.range(0, users, numPartitions=partitions).withColumnRenamed("id", "user")
+    return users_df.mapInPandas(kernel, RECORDS_SCHEMA)
+
+
+def _partition_metrics(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Whole partition of records -> per user-day rows (jump_km null) and per jump rows."""
+    frames = list(batches)
+    if not frames:
+        return
+    per_day, jumps = user_day_metrics(pd.concat(frames, ignore_index=True))
+    days = per_day[["n_records", "n_distinct", "rg_km"]].assign(jump_km=np.nan)
+    jump_rows = pd.DataFrame(
+        {"n_records": 0, "n_distinct": 0, "rg_km": np.nan, "jump_km": jumps}
+    ).astype({"n_records": np.int64, "n_distinct": np.int64})
+    yield pd.concat([days.astype({"n_records": np.int64, "n_distinct": np.int64}), jump_rows])
+
+
+def realism_figures(records, users: int, days: int) -> dict[str, Any]:
+    """Realism statistics of a records DataFrame whose partitions each hold whole users.
+
+    True of `generate`'s output (and of a persisted copy): mapInPandas keeps a user's records in
+    the partition of its id. Only per-day rows and jump distances reach the driver.
+    """
+    rows = records.mapInPandas(_partition_metrics, METRICS_SCHEMA).toPandas()
+    is_day = rows["jump_km"].isna()
+    per_day = rows.loc[is_day, ["n_records", "n_distinct", "rg_km"]]
+    return summarise(per_day, rows.loc[~is_day, "jump_km"].to_numpy(), users=users, days=days)
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Replace `final` by `tmp` (a folder or file written completely beside it)."""
+    old = final.with_name(final.name + ".old")
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+
+
+def write_records(records, target: Path, fmt: str, run_id: str) -> None:
+    tmp = target.with_name(f"{target.name}.tmp-{run_id}")
+    writer = records.write.mode("overwrite")
+    try:
+        if fmt == "csv":
+            writer = writer.option("header", True)
+            writer.option("timestampNTZFormat", "yyyy-MM-dd HH:mm:ss").csv(str(tmp))
+        else:
+            writer.parquet(str(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # the previous landing stays as it was
+        raise
+    _swap_in(tmp, target)
+
+
+def write_locations(spark, cfg: Config, stations: pd.DataFrame, landing: Path, run_id: str):
+    from jobs.catalog import write_table
+    from jobs.session import PUB_DB
+
+    tmp = landing / f"stations.csv.tmp-{run_id}"
+    stations[["loc_id", "lat", "lon"]].to_csv(tmp, index=False, float_format="%.6f")
+    _swap_in(tmp, landing / "stations.csv")
+    frame = (
+        stations[["loc_id", "lat", "lon"]].astype({"loc_id": np.int32}).assign(dataset=cfg.dataset)
+    )
+    loc_df = spark.createDataFrame(
+        frame[["dataset", "loc_id", "lat", "lon"]],
+        "dataset string, loc_id int, lat double, lon double",
+    )
+    write_table(
+        loc_df, f"{PUB_DB}.locations", partition_by=["dataset"], replace={"dataset": cfg.dataset}
+    )
+
+
+def run(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """The stage: stations, then records (persisted once), landing files, locations, figures."""
+    from pyspark import StorageLevel
+
+    t0 = time.perf_counter()
+    dg = cfg.datagen
+    params = mobility_params(cfg)  # validates before any Spark work
+    stations, source = station_table(cfg)
+    landing = cfg.storage.landing / cfg.dataset
+    landing.mkdir(parents=True, exist_ok=True)
+    log.info("datagen %s: %d users x %d days, stations %s", cfg.dataset, dg.users, dg.days, source)
+
+    records = generate(spark, stations, params, dg.users, dg.partitions)
+    records = records.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        write_records(records, landing / "records", dg.output_format, ctx.run_id)
+        t_gen = time.perf_counter() - t0
+        stats = realism_figures(records, dg.users, dg.days)
+    finally:
+        records.unpersist()
+    t_stats = time.perf_counter() - t0 - t_gen
+    write_locations(spark, cfg, stations, landing, ctx.run_id)
+
+    nn = nearest_neighbour_km(stations)
+    wall = time.perf_counter() - t0
+    figures: dict[str, Any] = {
+        "users": dg.users,
+        "days": dg.days,
+        "stations": len(stations),
+        "stations_source": source,
+        "station_nn_median_km": round(float(np.median(nn)), 3),
+        "output": str(landing / "records"),
+        "output_format": dg.output_format,
+        **stats,
+        "generate_write_s": round(t_gen, 2),
+        "stats_s": round(t_stats, 2),
+        "locations_s": round(wall - t_gen - t_stats, 2),
+        "records_per_s": round(stats.get("records", 0) / max(t_gen, 1e-9), 1),
+    }
+    print(f"datagen {cfg.dataset}: realism statistics per user-day\n{format_stats(stats)}")
+    log.info("datagen %s: %d records in %.1f s", cfg.dataset, stats.get("records", 0), wall)
+    return figures
+
+
+if __name__ == "__main__":
+    from jobs.stage import main
+
+    sys.exit(main("datagen", run))

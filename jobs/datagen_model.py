@@ -1,0 +1,216 @@
+"""Per-user kernel of the synthetic Telecom-Shanghai generator (DESIGN.md section 5). No pyspark.
+
+One call, `simulate_user(user_id, stations, params)`, returns every record of one phone over the
+whole period; `simulate_users` stacks several. The Spark stage (`jobs/datagen.py`) calls it from
+`mapInPandas`; unit tests call it on plain pandas.
+
+Model (EPR with TimeGeo-style days; Song et al. 2010, Jiang et al. PNAS 2016):
+- a user has a home (drawn by station popularity) and, with probability `work_share`, a work
+  place 2-15 km away (popularity times distance^-work_decay, so short commutes dominate);
+- a user is active on a day with its own probability (Beta around `active_share`); only active
+  days are simulated (a phone with no record that day leaves no trace in the data);
+- on an active day the phone leaves home with its own probability; an outing departs around
+  08:00, comes back around 18:00 and visits `k` stops (geometric, per-user mean). On weekdays a
+  worker's first stop is mostly work; every other stop is an EPR step (`datagen_walk.Walker`);
+  moves take time (0.1 h + km / 20 km/h);
+- records: 1 + Poisson(per-user rate) a day, start times from a circadian profile that is low at
+  02-05 h, short sessions (log-normal, about 4 min) that end before the next record starts; a
+  record's station is where the itinerary puts the phone at its start time. A few records fall
+  while travelling (`transit_share`: the station nearest the route), and a per-user share
+  (`handover`, mean 12 %) is served by a neighbouring cell, mostly the nearest one, as phones do.
+
+The defaults were calibrated on 1,000 users x 182 days against the realism targets of DESIGN.md
+section 5 (`jobs.datagen_stats`); the job reports the figures of every run.
+
+Randomness: one `numpy.random.Generator` per user from SeedSequence(seed, spawn_key=(0, user)),
+so a user's records do not depend on which Spark partition, batch or order produced them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from jobs.datagen_stations import StationIndex
+from jobs.datagen_walk import Itinerary, Walker, km_between, pick_work
+from udfs.errors import InvalidParameterError
+
+USER_SPAWN_KEY = 0  # the station layout uses spawn key 1 (datagen_stations.LAYOUT_SPAWN_KEY)
+RECORD_COLUMNS = ["user", "start", "end", "lat", "lon", "loc_id"]
+
+# Which of the k nearest other stations serves a handed-over record: mostly the nearest one.
+NEIGHBOUR_PICK = {k: np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05][:k]) for k in range(1, 7)}
+NEIGHBOUR_PICK = {k: w / w.sum() for k, w in NEIGHBOUR_PICK.items()}
+
+# Share of phone records per hour of day: low 02-05 h, a morning rise, an evening peak.
+CIRCADIAN = np.array(
+    [3.5, 2.0, 1.0, 0.6, 0.6, 1.0, 2.5, 4.5, 5.5, 5.5, 5.5, 5.5,
+     5.5, 5.0, 5.0, 5.0, 5.0, 5.5, 5.5, 6.0, 6.5, 6.5, 6.0, 5.0]
+)  # fmt: skip
+CIRCADIAN = CIRCADIAN / CIRCADIAN.sum()
+
+
+@dataclass(frozen=True)
+class MobilityParams:
+    """Everything the kernel needs besides the stations; validated on construction."""
+
+    seed: int
+    days: int
+    start_date: dt.date
+    active_share: float = 0.37
+    work_share: float = 0.8
+    records_per_day: float = 8.5
+    rho: float = 0.6
+    gamma: float = 0.21
+    out_share: float = 0.6  # mean chance that an active day leaves home
+    stops_mean: float = 2.3  # mean stops of an outing (population mean of per-user means)
+    commute_share: float = 0.85  # chance a worker's weekday outing starts at work
+    work_km: tuple[float, float] = (2.0, 15.0)
+    work_decay: float = 1.5
+    jump_r0_km: float = 1.0  # explore distance density proportional to (r + r0)^-beta
+    jump_beta: float = 1.25
+    jump_km: tuple[float, float] = (0.3, 80.0)
+    session_median_s: float = 240.0
+    rate_shape: float = 2.0  # Gamma shape of the per-user record rate (smaller: more spread)
+    stops_shape: float = 1.5  # Gamma shape of the per-user extra stops
+    handover: float = 0.12  # mean share of records served by a neighbouring station
+    range_sigma: float = 1.0  # per-user explore range multiplier exp(N(0, sigma))
+    transit_share: float = 0.05  # share of an outing day's records made while travelling
+    travel_h: tuple[float, float] = (0.1, 20.0)  # travel time = [0] h + km / [1] km/h
+
+    def __post_init__(self) -> None:
+        checks = {
+            "days": self.days >= 1,
+            "active_share": 0 < self.active_share <= 1,
+            "work_share": 0 <= self.work_share <= 1,
+            "records_per_day": self.records_per_day > 1,
+            "rho": 0 < self.rho <= 1,
+            "gamma": self.gamma >= 0,
+            "out_share": 0 <= self.out_share < 1,
+            "stops_mean": self.stops_mean >= 1,
+            "commute_share": 0 <= self.commute_share <= 1,
+            "work_km": 0 < self.work_km[0] < self.work_km[1],
+            "jump_km": 0 < self.jump_km[0] < self.jump_km[1],
+            "jump_beta": self.jump_beta > 1,
+            "handover": 0 <= self.handover < 1,
+            "range_sigma": self.range_sigma >= 0,
+            "transit_share": 0 <= self.transit_share < 1,
+            "travel_h": self.travel_h[0] >= 0 and self.travel_h[1] > 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise InvalidParameterError(f"datagen parameters out of range: {bad} ({self})")
+
+
+def user_rng(seed: int, user_id: int) -> np.random.Generator:
+    """The generator of one user: independent of partitioning and of the other users."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(USER_SPAWN_KEY, user_id)))
+
+
+def _beta(rng: np.random.Generator, mean: float, concentration: float) -> float:
+    if mean >= 1:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    return float(rng.beta(mean * concentration, (1 - mean) * concentration))
+
+
+def simulate_user(user_id: int, st: StationIndex, p: MobilityParams) -> pd.DataFrame:
+    """All records of one user: columns RECORD_COLUMNS, sorted by start."""
+    rng = user_rng(p.seed, user_id)
+    home = int(rng.choice(len(st), p=st.weight))
+    work = pick_work(home, st, p, rng) if rng.random() < p.work_share else -1
+    activity = _beta(rng, p.active_share, 2.0)
+    out_prob = _beta(rng, p.out_share, 4.0)
+    extra = (p.stops_mean - 1.0) / p.stops_shape
+    stops_mean = 1.0 + rng.gamma(p.stops_shape, extra) if p.stops_mean > 1 else 1.0
+    handover = _beta(rng, p.handover, 8.0)
+    rate = rng.gamma(p.rate_shape, (p.records_per_day - 1.0) / p.rate_shape)
+    scale = float(np.exp(rng.normal(0.0, p.range_sigma)))
+
+    days = np.flatnonzero(rng.random(p.days) < activity)
+    n_days = len(days)
+    if n_days == 0:
+        return empty_records()
+    weekday = (np.datetime64(p.start_date, "D") + days).astype("datetime64[D]")
+    weekday = ((weekday.astype(np.int64) + 3) % 7) < 5  # 1970-01-01 was a Thursday
+    goes_out = rng.random(n_days) < out_prob
+    depart = np.clip(rng.normal(8.0, 1.5, n_days), 5.0, 13.0)
+    back = np.clip(depart + rng.normal(10.0, 2.5, n_days), depart + 1.0, 23.5)
+    n_stops = np.minimum(rng.geometric(1.0 / stops_mean, n_days), 10)
+
+    walker = Walker(st, p, rng, home, scale)
+    if work >= 0:
+        walker.visit(work)
+    plan = Itinerary()
+    for i, day in enumerate(days):
+        base = 24.0 * day
+        plan.stay(base, walker.visit(home))
+        if not goes_out[i]:
+            continue
+        times = np.r_[depart[i], np.sort(rng.uniform(depart[i], back[i], n_stops[i] - 1)), back[i]]
+        cur = home
+        for s in range(n_stops[i] + 1):
+            if s == n_stops[i]:
+                nxt = walker.visit(home)
+            elif s == 0 and work >= 0 and weekday[i] and rng.random() < p.commute_share:
+                nxt = walker.visit(work)
+            else:
+                nxt = walker.step(cur)
+            limit = (times[s + 1] if s < n_stops[i] else 24.0) - times[s]
+            travel = min(p.travel_h[0] + km_between(st, cur, nxt) / p.travel_h[1], 0.5 * limit)
+            plan.move(base + times[s], cur, nxt, travel, i)
+            cur = nxt
+
+    # Records: 1 + Poisson(rate) a day at circadian times; a share of an outing day's records
+    # fall while travelling (phones are used on the way).
+    n_rec = 1 + rng.poisson(rate, n_days)
+    rec_i = np.repeat(np.arange(n_days), n_rec)
+    hours = rng.choice(24, size=len(rec_i), p=CIRCADIAN) + rng.random(len(rec_i))
+    t = 24.0 * days[rec_i] + hours
+    t = plan.move_into_transit(t, rec_i, n_days, p.transit_share, rng)
+    start = np.unique(np.floor(t * 3600.0).astype(np.int64))  # sorted; no two at one second
+    dur = np.rint(rng.lognormal(np.log(p.session_median_s), 1.0, len(start))).astype(np.int64)
+    day_end = (start // 86400) * 86400 + 86399
+    next_start = np.r_[start[1:] - 1, day_end[-1]]
+    end = np.maximum(start, np.minimum.reduce([start + dur, next_start, day_end]))
+    loc = plan.locate(start / 3600.0, st)
+    served = rng.random(len(loc)) < handover  # the phone picks a neighbouring cell
+    k = st.neighbours.shape[1]
+    pick = rng.choice(k, size=int(served.sum()), p=NEIGHBOUR_PICK[k])
+    loc[served] = st.neighbours[loc[served], pick]
+
+    origin = np.datetime64(p.start_date, "s")
+    return pd.DataFrame(
+        {
+            "user": np.full(len(start), user_id, np.int64),
+            "start": (origin + start).astype("datetime64[us]"),
+            "end": (origin + end).astype("datetime64[us]"),
+            "lat": st.lat[loc],
+            "lon": st.lon[loc],
+            "loc_id": st.loc_id[loc],
+        }
+    )
+
+
+def simulate_users(user_ids: np.ndarray, st: StationIndex, p: MobilityParams) -> pd.DataFrame:
+    """Records of several users, in the order given (each user's records sorted by start)."""
+    frames = [simulate_user(int(u), st, p) for u in np.asarray(user_ids)]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else empty_records()
+
+
+def empty_records() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "user": np.empty(0, np.int64),
+            "start": np.empty(0, "datetime64[us]"),
+            "end": np.empty(0, "datetime64[us]"),
+            "lat": np.empty(0, float),
+            "lon": np.empty(0, float),
+            "loc_id": np.empty(0, np.int64),
+        }
+    )
