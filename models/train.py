@@ -1,37 +1,61 @@
-"""Single-process training loop: `fit(config, data) -> FitResult`.
+"""Training loop, one code path for one process and for W ranks: `fit(config, data) -> FitResult`.
 
-One round (the Spark job runs the same steps per rank, with collectives at the marked seams):
-  1. participation: a random fraction of users takes part (numpy Generator);
-  2. roll out E episodes from DP start locations with the current policy   [replicated policy]
-  3. every participating critic takes `critic_steps` batched steps           [rank-local]
-  4. local_moments(critics, features, users) -> Moments(sum, sumsq, count)  [all-reduce here]
-  5. scheme.release(moments, gen=noise_gen, spend=accountant.spend)         [rank 0 noise, bcast]
-  6. PPO update on the released rewards                                     [DDP]
+One round (`_Run.one_round`; `comm` is `LocalComm` here and a torch.distributed world in
+`models.distributed`; every random draw is shard-invariant, so W ranks reproduce one process):
+  1. participation: a random fraction of ALL users takes part (numpy Generator, same on every
+     rank); a rank keeps the participants among its own users;
+  2. the E episodes are cut into `blocks` equal blocks, each rolled out with its own generator
+     (seeded from the rollout stream); rank r rolls out a contiguous run of blocks, and the
+     generated pairs are all-gathered in block order                          [all-gather]
+  3. every participating critic takes `critic_steps` batched steps; minibatch indices are drawn
+     for all users at once and each rank takes its users' rows                 [rank-local]
+  4. local_moments(critics, features, users) -> Moments(sum, sumsq, count)     [all-reduce]
+  5. rank 0: scheme.release(moments, gen=noise_gen, spend=accountant.spend); the released
+     rewards, the accountant and the noise stream's state are broadcast           [broadcast]
+     (LDP schemes: every rank perturbs its users' rewards with rows of one shared noise table)
+  6. PPO on each rank's own episodes; per-block minibatch permutations; losses are sums scaled
+     by W / (global minibatch size) so that DDP's gradient average is the one-process mean [DDP]
 Budget is checked inside step 5 before each noise draw; a refused release ends training with
 `stopped_reason` set and the policy of the last completed round.
+W ranks equal one process up to the order of floating-point sums (all-reduce, DDP); see
+tests/models/test_distributed.py for the tolerance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
+import dp_accounting
 import numpy as np
 import torch
+from torch import nn
 
 from models.accounting import PrivacyAccountant
 from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
+from models.aggregation.base import compensate, laplace
+from models.aggregation.ldp import ldp_noise, perturbed_moments
+from models.aggregation.sensitivity import laplace_events, per_sample_budgets
 from models.checkpoint import load_checkpoint, save_checkpoint
 from models.config import TrainConfig
-from models.critics import BatchedAdam, BatchedCritics, critic_rewards, critic_step, local_moments
+from models.critics import (
+    BatchedAdam,
+    BatchedCritics,
+    Moments,
+    critic_losses,
+    critic_rewards,
+    local_moments,
+)
 from models.data import TrainData
 from models.env import MobilityEnv
 from models.features import FEATURE_DIM, expert_features_per_user
 from models.policy import PolicyNet, ValueNet
-from models.ppo import PPOSettings, ppo_update, rollout
-from models.synthesis import dp_start_histogram
+from models.ppo import PPOSettings, Rollout, gae, obs_of, rollout
 from udfs.errors import BudgetExceededError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -86,11 +110,226 @@ class FitResult:
         return net
 
 
-class _Run:
-    """All mutable training state; `state_dict` is exactly what a checkpoint holds."""
+class Comm(Protocol):
+    """The collectives a round needs; `LocalComm` (one process) makes every one the identity."""
 
-    def __init__(self, cfg: TrainConfig, data: TrainData):
-        self.cfg, self.data = cfg, data
+    rank: int
+    world: int
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor: ...
+    def all_gather_cat(self, t: torch.Tensor) -> torch.Tensor: ...
+    def broadcast_object(self, obj: Any) -> Any: ...
+    def wrap(self, module: nn.Module) -> nn.Module: ...
+
+
+class LocalComm:
+    rank, world = 0, 1
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def all_gather_cat(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return obj
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        return module
+
+
+class ActorCritic(nn.Module):
+    """Policy and value net as one module: DDP wraps this, the loss uses both outputs."""
+
+    def __init__(self, policy: PolicyNet, value: ValueNet):
+        super().__init__()
+        self.policy, self.value = policy, value
+
+    def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(obs, coords_norm), self.value(obs, coords_norm)
+
+
+def check_blocks(cfg: TrainConfig, blocks: int, world: int) -> None:
+    if blocks < 1 or cfg.episodes_per_round % blocks or blocks % world:
+        raise ConfigError(
+            f"blocks={blocks}: episodes_per_round ({cfg.episodes_per_round}) must be a multiple "
+            f"of blocks, and blocks a multiple of the number of processes ({world})")
+
+
+def shard_critics(full: BatchedCritics, rows: torch.Tensor) -> BatchedCritics:
+    """The critics of the users `rows` (global indices) as their own BatchedCritics."""
+    with torch.no_grad():
+        for name, p in list(full.named_parameters()):
+            setattr(full, name, nn.Parameter(p[rows].clone()))
+        for name, b in list(full.named_buffers()):
+            setattr(full, name, b[rows].clone())
+    full.n_users = int(rows.shape[0])
+    return full
+
+
+def critic_step_rows(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tensor,
+                     counts: torch.Tensor, generated: torch.Tensor, users: torch.Tensor,
+                     rows: torch.Tensor, n_total: int, batch: int, kind: str, lambda_gp: float,
+                     gen: torch.Generator) -> torch.Tensor:
+    """One step of the critics `users` (local indices; global indices `rows`). The minibatch
+    draws are made for all `n_total` users and each user takes its own row, so a user's batch
+    does not depend on how users are sharded. Returns (A,) losses."""
+    u_real = torch.rand((n_total, batch), generator=gen)[rows]
+    u_gen = torch.randint(generated.shape[0], (n_total, batch), generator=gen)[rows]
+    alpha = torch.rand((n_total, batch, 1), generator=gen)[rows]
+    if users.numel() == 0:
+        return torch.zeros(0)
+    real_b = real[users[:, None], (u_real * counts[users][:, None]).long()]
+    losses = critic_losses(critics, real_b, generated[u_gen], alpha, kind, lambda_gp,
+                           users=users, update_sn=True)
+    critics.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    opt.step(users)
+    return losses.detach()
+
+
+def start_mass(days_per_user: list[np.ndarray], n_locations: int) -> torch.Tensor:
+    """(L,) sum over users of each user's normalised slot-0 histogram (what ranks all-reduce)."""
+    hist = torch.zeros(n_locations, dtype=torch.float64)
+    for days in days_per_user:  # setup-time loop over users, O(days)
+        starts = torch.as_tensor(np.asarray(days)[:, 0], dtype=torch.long)
+        hist += torch.bincount(starts, minlength=n_locations).double() / len(starts)
+    return hist
+
+
+def dp_start_probs(hist: torch.Tensor, epsilon: float, gen: torch.Generator, spend) -> torch.Tensor:
+    """The noisy release of `models.synthesis.dp_start_histogram` (its docstring has the
+    guarantee) on an already summed histogram: Laplace(2/eps) per cell, threshold ln(L) scales."""
+    spend(dp_accounting.LaplaceDpEvent(1.0 / epsilon))
+    n_locations = hist.shape[0]
+    scale = 2.0 / epsilon
+    noisy = hist + scale * laplace((n_locations,), gen)
+    kept = torch.where(noisy > scale * np.log(n_locations), noisy, torch.zeros_like(noisy))
+    if kept.sum() <= 0:
+        kept = torch.zeros_like(noisy)
+        kept[int(noisy.argmax())] = 1.0
+    return kept / kept.sum()
+
+
+def cat_rollouts(parts: list[Rollout]) -> Rollout:
+    if len(parts) == 1:
+        return parts[0]
+    traj = type(parts[0].traj)(**{f.name: torch.cat([getattr(p.traj, f.name) for p in parts])
+                                  for f in dataclasses.fields(parts[0].traj)})
+    return Rollout(traj, torch.cat([p.logp for p in parts]), torch.cat([p.values for p in parts]))
+
+
+def _seeds(gen: torch.Generator, k: int) -> list[int]:
+    return [int(x) for x in torch.randint(2**62, (k,), generator=gen)]
+
+
+def _gen(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def moments_all(comm: Comm, mom: Moments) -> Moments:
+    red = comm.all_reduce_sum(torch.stack([mom.sum, mom.sumsq]))
+    cnt = comm.all_reduce_sum(torch.tensor([float(mom.count)], dtype=torch.float64))
+    return Moments(red[0], red[1], int(round(float(cnt[0]))))
+
+
+def ldp_release(scheme: LdpReward, rewards: torch.Tensor, rows: torch.Tensor, n_total: int,
+                gen: torch.Generator, spend, comm: Comm):
+    """`LdpReward.release_local` over sharded users: each rank perturbs its users' rewards with
+    their rows of the shared noise table; only the perturbed moments are all-reduced."""
+    b = rewards.shape[1]
+    eps_batch, pilot = b / scheme.noise, None
+    total = eps_batch
+    if scheme.sensitivity_aware:
+        scale_p = scheme.noise / scheme.pilot_fraction
+        spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scale_p), b))
+        noise = ldp_noise(n_total, b, gen)[rows]
+        mom = moments_all(comm, perturbed_moments(
+            rewards, torch.full((b,), scale_p, dtype=torch.float64), noise))
+        pilot = (mom.sum / mom.count).clamp(0, 1)
+        eps = per_sample_budgets(pilot, eps_batch, scheme.delta_prime)
+        total += scheme.pilot_fraction * eps_batch
+        spend(laplace_events(eps))
+    else:
+        eps = torch.full((b,), 1.0 / scheme.noise, dtype=torch.float64)
+        spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scheme.noise), b))
+    scale = 1.0 / eps
+    mom = moments_all(comm, perturbed_moments(rewards, scale, ldp_noise(n_total, b, gen)[rows]))
+    n = mom.count
+    mean = mom.sum / n
+    var_noisy = None
+    if scheme.beta > 0 and n > 1:
+        var_noisy = (mom.sumsq / n - mean ** 2) - 2 * scale ** 2
+    rewards_hat, _ = compensate(mean, var_noisy, scheme.beta)
+    return rewards_hat, total
+
+
+def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.Optimizer,
+                       ro: Rollout, rewards: torch.Tensor, env: MobilityEnv, s: PPOSettings,
+                       block_gens: list[torch.Generator], n_blocks: int, comm: Comm) -> dict:
+    """PPO epochs over this rank's blocks of episodes (clipped surrogate, GAE, entropy, value).
+
+    Advantages are normalised with all-reduced moments; each block has its own minibatch
+    permutation, and a minibatch step takes minibatch/blocks pairs from every block. Losses are
+    sums times W / (pairs in the global minibatch), so DDP's average over ranks is the mean over
+    the global minibatch, exactly what one process computes with all blocks local.
+    """
+    adv, ret = gae(rewards, ro.values, s.gamma, s.gae_lambda)
+    adv, ret = adv.reshape(-1).double(), ret.reshape(-1)
+    st = comm.all_reduce_sum(torch.stack([adv.sum(), (adv * adv).sum(),
+                                          torch.tensor(float(adv.numel()), dtype=torch.float64)]))
+    n_all = float(st[2])
+    mean = st[0] / n_all
+    std = math.sqrt(max(0.0, float(st[1] - n_all * mean * mean) / max(1.0, n_all - 1)))
+    adv = ((adv - mean) / (std + 1e-8)).float()
+    obs, acts, logp_old = obs_of(ro.traj), ro.traj.flat("actions"), ro.logp.reshape(-1)
+    n_b = acts.shape[0] // len(block_gens)  # pairs per block (blocks are equal)
+    mb = max(1, s.minibatch // n_blocks)
+    rows: list[list[float]] = []
+    params = list(module.parameters())
+    for _ in range(s.epochs):
+        perms = [torch.randperm(n_b, generator=g) for g in block_gens]
+        for start in range(0, n_b, mb):
+            i = torch.cat([j * n_b + p[start:start + mb] for j, p in enumerate(perms)])
+            n_global = n_blocks * min(mb, n_b - start)
+            o = {k: v[i] for k, v in obs.items()}
+            logits, values = model(o, env.coords_norm)
+            dist = torch.distributions.Categorical(logits=logits)
+            ratio = torch.exp(dist.log_prob(acts[i]) - logp_old[i])
+            surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i]).sum()
+            ent = dist.entropy().sum()
+            v_loss = ((values - ret[i]) ** 2).sum()
+            loss = (-surr + s.value_coef * v_loss - s.entropy_coef * ent) * (comm.world / n_global)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+            opt.step()
+            with torch.no_grad():
+                rows.append([float(-surr), float(v_loss), float(ent),
+                             float(((ratio - 1).abs() > s.clip).sum()), float(n_global)])
+    tot = comm.all_reduce_sum(torch.tensor(rows, dtype=torch.float64))
+    # column 4 sums n_global over ranks (W copies of the same number): divide W back out
+    per = tot[:, :4] / (tot[:, 4:5] / comm.world)
+    keys = ("policy_loss", "value_loss", "entropy", "clip_frac")
+    return {k: per[:, j].tolist() for j, k in enumerate(keys)}
+
+
+class _Run:
+    """All mutable training state of one rank; `state_dict` is what a checkpoint holds.
+
+    data: this rank's users; rows: their global indices (ascending); n_total: all users.
+    """
+
+    def __init__(self, cfg: TrainConfig, data: TrainData, comm: Comm | None = None,
+                 rows: torch.Tensor | None = None, n_total: int | None = None, blocks: int = 1):
+        self.comm = comm or LocalComm()
+        self.cfg, self.data, self.blocks = cfg, data, blocks
+        self.rows = torch.arange(data.n_users) if rows is None else rows.long()
+        self.n_total = data.n_users if n_total is None else n_total
+        check_blocks(cfg, blocks, self.comm.world)
         self.env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent)
         self.real, self.counts = expert_features_per_user(self.env, data.days_per_user)
         self.gens, self.rng = make_generators(cfg.seed)
@@ -99,10 +338,12 @@ class _Run:
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
             self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
             self.value = ValueNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
-        self.ppo_opt = torch.optim.Adam(
-            list(self.policy.parameters()) + list(self.value.parameters()), lr=cfg.policy_lr)
-        self.critics = BatchedCritics(data.n_users, FEATURE_DIM, cfg.critic_hidden,
-                                      self.gens["init"], cfg.spectral_norm)
+        self.module = ActorCritic(self.policy, self.value)
+        self.model = self.comm.wrap(self.module)
+        self.ppo_opt = torch.optim.Adam(self.module.parameters(), lr=cfg.policy_lr)
+        full = BatchedCritics(self.n_total, FEATURE_DIM, cfg.critic_hidden, self.gens["init"],
+                              cfg.spectral_norm)  # drawn for all users: shard-invariant init
+        self.critics = shard_critics(full, self.rows)
         self.critic_opt = BatchedAdam(list(self.critics.parameters()), lr=cfg.critic_lr)
         self.accountant = PrivacyAccountant(cfg.delta, cfg.target_epsilon, cfg.accountant)
         self.scheme = make_scheme(cfg)
@@ -114,19 +355,32 @@ class _Run:
                                cfg.ppo_minibatch, cfg.entropy_coef, cfg.value_coef,
                                cfg.max_grad_norm)
 
-    def state_dict(self) -> dict:
-        return {"config": self.cfg.to_dict(), "round": self.round, "history": self.history,
-                "policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                "ppo_opt": self.ppo_opt.state_dict(), "critics": self.critics.state_dict(),
-                "critic_opt": self.critic_opt.state_dict(),
+    # --- checkpoint state: shared (identical on every rank) and this rank's shard -----------
+    def shared_state(self) -> dict:
+        return {"config": self.cfg.to_dict(), "blocks": self.blocks, "round": self.round,
+                "history": self.history, "policy": self.policy.state_dict(),
+                "value": self.value.state_dict(), "ppo_opt": self.ppo_opt.state_dict(),
                 "accountant": self.accountant.state_dict(), "start_probs": self.start_probs,
                 "generators": {k: g.get_state() for k, g in self.gens.items()},
                 "numpy_rng": self.rng.bit_generator.state, "stopped": self.stopped}
 
+    def shard_state(self) -> dict:
+        return {"round": self.round, "rows": self.rows, "critics": self.critics.state_dict(),
+                "critic_opt": self.critic_opt.state_dict()}
+
+    def state_dict(self) -> dict:
+        return {**self.shared_state(), **self.shard_state()}
+
     def load_state_dict(self, sd: dict) -> None:
+        self.load_shared(sd)
+        self.load_shard(sd)
+
+    def load_shared(self, sd: dict) -> None:
         old = dict(sd["config"])
         now = self.cfg.to_dict()
         diff = [k for k in now if k != "rounds" and old.get(k) != now[k]]
+        if sd.get("blocks", 1) != self.blocks:
+            diff.append("blocks")
         if diff:
             raise ConfigError(f"cannot resume: config fields {diff} differ from the checkpoint's; "
                               "use a new checkpoint folder or the original config")
@@ -134,8 +388,6 @@ class _Run:
         self.policy.load_state_dict(sd["policy"])
         self.value.load_state_dict(sd["value"])
         self.ppo_opt.load_state_dict(sd["ppo_opt"])
-        self.critics.load_state_dict(sd["critics"])
-        self.critic_opt.load_state_dict(sd["critic_opt"])
         self.accountant = PrivacyAccountant.from_state_dict(sd["accountant"])
         self.start_probs = sd["start_probs"]
         for k, g in self.gens.items():
@@ -143,58 +395,141 @@ class _Run:
         self.rng.bit_generator.state = sd["numpy_rng"]
         self.stopped = sd["stopped"]
 
+    def load_shard(self, sd: dict) -> None:
+        if sd["round"] != self.round or not torch.equal(sd["rows"], self.rows):
+            raise ConfigError("cannot resume: this rank's checkpoint holds other users or another "
+                              f"round ({sd['round']} vs {self.round}); resume with the same "
+                              "number of processes")
+        self.critics.load_state_dict(sd["critics"])
+        self.critic_opt.load_state_dict(sd["critic_opt"])
+
     # -----------------------------------------------------------------------------------------
+    def _from_rank0(self, fn) -> Any:
+        """Run `fn()` (a DP release using the noise stream) on rank 0 only and broadcast its
+        result with the accountant and the noise stream's state; a refused release is re-raised
+        on every rank."""
+        payload = None
+        if self.comm.rank == 0:
+            try:
+                payload = {"value": fn()}
+            except BudgetExceededError as exc:
+                payload = {"stop": str(exc)}
+            payload.update(acct=self.accountant.state_dict(), noise=self.gens["noise"].get_state())
+        payload = self.comm.broadcast_object(payload)
+        if self.comm.rank != 0:
+            self.accountant = PrivacyAccountant.from_state_dict(payload["acct"])
+            self.gens["noise"].set_state(payload["noise"])
+        if "stop" in payload:
+            raise BudgetExceededError(payload["stop"])
+        return payload["value"]
+
     def setup_start_histogram(self) -> None:
-        self.start_probs = dp_start_histogram(
-            self.data.days_per_user, self.env.n_locations, self.cfg.start_hist_epsilon,
-            self.gens["noise"], self.accountant.spend)
+        mass = self.comm.all_reduce_sum(start_mass(self.data.days_per_user, self.env.n_locations))
+        self.start_probs = self._from_rank0(lambda: dp_start_probs(
+            mass, self.cfg.start_hist_epsilon, self.gens["noise"], self.accountant.spend))
+
+    def my_blocks(self) -> range:
+        per = self.blocks // self.comm.world
+        return range(self.comm.rank * per, (self.comm.rank + 1) * per)
 
     def one_round(self) -> dict:
-        cfg, g = self.cfg, self.gens
+        cfg, g, comm = self.cfg, self.gens, self.comm
         t0 = time.perf_counter()
-        users = participants(self.data.n_users, cfg.participation, self.rng)
+        users = participants(self.n_total, cfg.participation, self.rng)
+        mine = torch.isin(self.rows, users)
+        lu, gu = mine.nonzero().squeeze(1), self.rows[mine]  # local and global indices
+        roll_seeds, ppo_seeds = _seeds(g["rollout"], self.blocks), _seeds(g["ppo"], self.blocks)
         starts = torch.multinomial(self.start_probs.float(), cfg.episodes_per_round,
                                    replacement=True, generator=g["rollout"])
-        ro = rollout(self.policy, self.value, self.env, starts, g["rollout"])
-        feats = ro.traj.flat("features")
+        e_b = cfg.episodes_per_round // self.blocks
+        ro = cat_rollouts([rollout(self.policy, self.value, self.env,
+                                   starts[b * e_b:(b + 1) * e_b], _gen(roll_seeds[b]))
+                           for b in self.my_blocks()])
+        feats = comm.all_gather_cat(ro.traj.flat("features"))
         t1 = time.perf_counter()
         for _ in range(cfg.critic_steps):
-            closs = critic_step(self.critics, self.critic_opt, self.real, self.counts, feats, users,
-                                cfg.critic_batch, cfg.critic_kind, cfg.lambda_gp, g["critic"])
+            closs = critic_step_rows(self.critics, self.critic_opt, self.real, self.counts, feats,
+                                     lu, gu, self.n_total, cfg.critic_batch, cfg.critic_kind,
+                                     cfg.lambda_gp, g["critic"])
         t2 = time.perf_counter()
         if isinstance(self.scheme, LdpReward):
-            rw = critic_rewards(self.critics, feats, users, cfg.score_chunk_elems)
-            raw_mean = rw.double().mean(0)
-            rel = self.scheme.release_local(rw, users, self.data.n_users, gen=g["noise"],
-                                            spend=self.accountant.spend)
+            rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems)
+            raw = comm.all_reduce_sum(torch.cat([rw.double().sum(0),
+                                                 torch.tensor([float(rw.shape[0])])]))
+            raw_mean = raw[:-1] / raw[-1]
+            rel_rewards, eps_batch = ldp_release(self.scheme, rw, gu, self.n_total, g["noise"],
+                                                 self.accountant.spend, comm)
         else:
-            mom = local_moments(self.critics, feats, users, cfg.score_chunk_elems)
+            mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))
             raw_mean = mom.sum / mom.count
-            rel = self.scheme.release(mom, gen=g["noise"], spend=self.accountant.spend)
+
+            def release():
+                rel = self.scheme.release(mom, gen=g["noise"], spend=self.accountant.spend)
+                return rel.rewards, rel.epsilon_spent
+
+            rel_rewards, eps_batch = self._from_rank0(release)
         t3 = time.perf_counter()
-        rewards = rel.rewards.float().view(ro.logp.shape)
-        stats = ppo_update(self.policy, self.value, self.ppo_opt, ro, rewards, self.env, self.ppo,
-                           g["ppo"])
+        rewards = rel_rewards.float().view(cfg.episodes_per_round, -1)
+        mine_eps = self.my_blocks()
+        local_rewards = rewards[mine_eps.start * e_b:mine_eps.stop * e_b]
+        stats = sharded_ppo_update(self.model, self.module, self.ppo_opt, ro, local_rewards,
+                                   self.env, self.ppo, [_gen(ppo_seeds[b]) for b in mine_eps],
+                                   self.blocks, comm)
         t4 = time.perf_counter()
+        cl = comm.all_reduce_sum(torch.tensor([float(closs.double().sum()), float(closs.numel())],
+                                              dtype=torch.float64))
+        acts = comm.all_reduce_sum(torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
+                                   .double())
         return {"round": self.round, "participants": int(users.shape[0]),
                 "reward_raw_mean": float(raw_mean.mean()), "reward_mean": float(rewards.mean()),
-                "critic_loss": float(closs.mean()),
+                "critic_loss": float(cl[0] / cl[1]),
                 "policy_loss": float(np.mean(stats["policy_loss"])),
                 "value_loss": float(np.mean(stats["value_loss"])),
                 "entropy": float(np.mean(stats["entropy"])),
                 "clip_frac": float(np.mean(stats["clip_frac"])),
-                "epsilon_batch": rel.epsilon_spent, "epsilon": self.accountant.epsilon(),
-                "action_freq": torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
-                .div(ro.traj.actions.numel()).tolist(),
+                "epsilon_batch": eps_batch, "epsilon": self.accountant.epsilon(),
+                "action_freq": (acts / acts.sum()).tolist(),
                 "seconds": {"rollout": t1 - t0, "critics": t2 - t1, "release": t3 - t2,
                             "ppo": t4 - t3}}
 
+    def result(self) -> FitResult:
+        return FitResult(self.cfg, {k: v.clone() for k, v in self.policy.state_dict().items()},
+                         self.env.n_locations, self.start_probs, self.accountant.summary(),
+                         self.accountant.state_dict(), self.history, self.round, self.stopped)
+
+
+def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
+    """Rounds until `last` or a refused release; `save()` after every checkpoint_every rounds,
+    at the last round and when stopped; `on_round(run)` before each round (fault hooks)."""
+    cfg = run.cfg
+    while run.round < last and run.stopped is None:
+        if on_round is not None:
+            on_round(run)
+        try:
+            rec = run.one_round()
+        except BudgetExceededError as exc:
+            run.stopped = str(exc)
+            log.warning("round %d: stopping, %s", run.round, exc)
+            break
+        run.history.append(rec)
+        run.round += 1
+        log.info("round %d/%d reward %.4f (raw %.4f) critic %.4f policy %.4f epsilon %.4g (%.2fs)",
+                 run.round, cfg.rounds, rec["reward_mean"], rec["reward_raw_mean"],
+                 rec["critic_loss"], rec["policy_loss"], rec["epsilon"],
+                 sum(rec["seconds"].values()))
+        if save and (run.round % cfg.checkpoint_every == 0 or run.round == last):
+            save()
+    if save and run.stopped:
+        save()
+
 
 def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
-        resume: bool = False, stop_after: int | None = None) -> FitResult:
-    """Train PateGAIL / PateGAIL++ on `data`; `stop_after` ends early after that many rounds
-    in total (for tests of resume); `resume` continues from `checkpoint_dir/latest.pt`."""
-    run = _Run(config, data)
+        resume: bool = False, stop_after: int | None = None, blocks: int = 1) -> FitResult:
+    """Train PateGAIL / PateGAIL++ on `data` in this process; `stop_after` ends early after that
+    many rounds in total (for tests of resume); `resume` continues from
+    `checkpoint_dir/latest.pt`; `blocks` = rollout blocks (use the W-process run's value to
+    reproduce it here)."""
+    run = _Run(config, data, blocks=blocks)
     ckpt = load_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
     if ckpt is not None:
         run.load_state_dict(ckpt)
@@ -205,23 +540,6 @@ def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | No
         except BudgetExceededError as exc:
             raise BudgetExceededError(f"start histogram alone exceeds the budget: {exc}") from exc
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
-    while run.round < last and run.stopped is None:
-        try:
-            rec = run.one_round()
-        except BudgetExceededError as exc:
-            run.stopped = str(exc)
-            log.warning("round %d: stopping, %s", run.round, exc)
-            break
-        run.history.append(rec)
-        run.round += 1
-        log.info("round %d/%d reward %.4f (raw %.4f) critic %.4f policy %.4f epsilon %.4g (%.2fs)",
-                 run.round, config.rounds, rec["reward_mean"], rec["reward_raw_mean"],
-                 rec["critic_loss"], rec["policy_loss"], rec["epsilon"],
-                 sum(rec["seconds"].values()))
-        if checkpoint_dir and (run.round % config.checkpoint_every == 0 or run.round == last):
-            save_checkpoint(run.state_dict(), checkpoint_dir)
-    if checkpoint_dir and run.stopped:
-        save_checkpoint(run.state_dict(), checkpoint_dir)
-    return FitResult(config, {k: v.clone() for k, v in run.policy.state_dict().items()},
-                     run.env.n_locations, run.start_probs, run.accountant.summary(),
-                     run.accountant.state_dict(), run.history, run.round, run.stopped)
+    save = (lambda: save_checkpoint(run.state_dict(), checkpoint_dir)) if checkpoint_dir else None
+    train_loop(run, last, save)
+    return run.result()

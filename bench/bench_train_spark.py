@@ -1,0 +1,106 @@
+"""Seconds per training round with 1 and 2 processes under TorchDistributor, and the launch cost.
+
+Data: Geolife (83 users, ../shared/data/geolife_pategail, models.data.load_geolife) and a
+synthetic Telecom-shaped slice of 9,481 users (random home/work days on 3,233 locations; only
+the shape matters for timing). Each configuration runs `models.distributed.run_rank` through
+TorchDistributor(local_mode=True, use_gpu=False) in a local[2] session (no catalog tables: the
+shards are handed to the ranks in memory) and reports:
+  round_s     mean seconds per round on the slowest rank (rollout + critics + release + PPO)
+  launch_s    wall time of distributor.run minus the slowest rank's setup + rounds
+              (torchrun start, interpreter + torch import, process-group rendezvous, teardown)
+  setup_s     rank setup (expert features, critics) on the slowest rank
+Usage: python bench/bench_train_spark.py [--rounds 3] [--telecom-users 9481] [--skip-telecom]
+Note the machine load (printed) when reading the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+from models.data import TrainData, load_geolife
+from models.distributed import RankJob, check_summary, run_rank
+
+GEOLIFE = Path(__file__).resolve().parents[2] / "shared" / "data" / "geolife_pategail"
+
+
+def shard_of(data: TrainData, rank: int, world: int):
+    rows = [u for u in range(data.n_users) if zlib.crc32(str(u).encode()) % world == rank]
+    sub = TrainData([data.days_per_user[u] for u in rows], data.coords,
+                    [data.user_ids[u] for u in rows])
+    return sub, torch.tensor(rows), data.n_users
+
+
+def telecom_slice(n_users: int, n_loc: int = 3233, days: int = 4, seed: int = 0) -> TrainData:
+    rng = np.random.default_rng(seed)
+    coords = np.column_stack([30.7 + rng.random(n_loc) * 0.9, 120.9 + rng.random(n_loc) * 1.05])
+    per_user = []
+    for _ in range(n_users):
+        home, work = rng.choice(n_loc, 2, replace=False)
+        d = np.full((days, 48), home)
+        for i in range(days):
+            a, b = sorted(rng.choice(np.arange(14, 40), 2, replace=False))
+            d[i, a:b] = work
+        per_user.append(d.astype(np.int64))
+    return TrainData(per_user, coords, list(range(n_users)))
+
+
+def bench(spark, name: str, data: TrainData, world: int, rounds: int, out: Path) -> dict:
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    cfg = {"rounds": rounds, "episodes_per_round": 64, "noise": 1.0, "seed": 1,
+           "target_epsilon": None}
+    job = RankJob(cfg, 4, functools.partial(shard_of, data), str(out / f"{name}-{world}"))
+    t0 = time.perf_counter()
+    res = TorchDistributor(num_processes=world, local_mode=True, use_gpu=False).run(run_rank, job)
+    wall = time.perf_counter() - t0
+    s = check_summary(res, world)
+    slow = max(s["ranks"], key=lambda r: r["setup_s"] + r["rounds_s"])
+    return {"data": name, "users": data.n_users, "processes": world,
+            "round_s": slow["rounds_s"] / rounds, "setup_s": slow["setup_s"],
+            "launch_s": wall - slow["setup_s"] - slow["rounds_s"], "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--telecom-users", type=int, default=9481)
+    ap.add_argument("--skip-telecom", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .getOrCreate())
+    out = Path("/tmp/bench_train_spark")
+    sets = []
+    if GEOLIFE.is_dir():
+        sets.append(("geolife", load_geolife(GEOLIFE)[0]))
+    else:
+        print(f"geolife skipped: {GEOLIFE} missing")
+    if not args.skip_telecom:
+        sets.append(("telecom", telecom_slice(args.telecom_users)))
+    print(f"load average at start: {os.getloadavg()}, cpus: {os.cpu_count()}")
+    for name, data in sets:
+        for world in (1, 2):
+            r = bench(spark, name, data, world, args.rounds, out)
+            print(f"{r['data']:8s} users={r['users']:5d} processes={r['processes']} "
+                  f"round_s={r['round_s']:.2f} setup_s={r['setup_s']:.2f} "
+                  f"launch_s={r['launch_s']:.2f} wall_s={r['wall_s']:.2f}", flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The training loop on W ranks over torch.distributed (gloo on CPU). No pyspark here.
+
+`run_rank(job)` is what every rank runs (the Spark job hands it to TorchDistributor; tests spawn
+it directly). Each rank loads only its own users (`job.load(rank, world)`), keeps their critics,
+and runs `models.train._Run` with `TorchComm`: the generated pairs are all-gathered, critic
+moments all-reduced, rank 0 draws the noise and broadcasts the release, the policy steps with DDP.
+
+Failure protocol. Every collective of `TorchComm` is preceded by a guard (an all-reduce of a
+failure flag). A rank that raises calls `fail(message)`, whose all-reduce meets the other ranks'
+next guard; then all ranks all-gather the messages and return the same failure summary
+`{"ok": False, "errors": {rank: message}}`. Successful ranks return the same summary too (rank 0's
+figures, broadcast, plus every rank's report), so whichever rank's return value TorchDistributor
+keeps, the caller sees the truth, and checks `ok` and completeness. A rank also writes its error
+to `<out_dir>/rank<r>.error` for the case where no summary comes back at all (a rank killed hard:
+torchrun then stops the others). A collective that never returns (a peer stuck) ends at the
+process-group timeout.
+Teardown: DDP processes sometimes abort at exit unless the model and optimiser are deleted and
+`gc.collect()` runs before `destroy_process_group()`; `run_rank` does that on every path.
+
+Sharded checkpoints: `<checkpoint_dir>/round-NNNNNN/{shared,rank<r>}/latest.pt` and
+`LATEST.json` naming the last round whose files every rank has written (rank 0 writes it after
+a barrier, then removes older rounds). Resume needs the same number of processes.
+
+Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit]"` raises (or exits hard) on
+that rank before that round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from models.checkpoint import load_checkpoint, save_checkpoint
+from models.config import TrainConfig
+from models.data import TrainData
+from models.train import _Run, train_loop
+from udfs.errors import BudgetExceededError
+
+log = logging.getLogger(__name__)
+
+FAULT_ENV = "TRAJPRIV_TRAIN_FAULT"
+LATEST = "LATEST.json"
+
+
+class RankFailedError(RuntimeError):
+    """A training rank failed; the message names the rank and its error."""
+
+
+class _PeerFailed(Exception):
+    def __init__(self, errors: dict[int, str]):
+        super().__init__(errors)
+        self.errors = errors
+
+
+class TorchComm:
+    """`models.train.Comm` over the default process group, every collective guarded."""
+
+    def __init__(self) -> None:
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def _gather(self, msg: str | None) -> dict[int, str]:
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, msg)
+        return {r: m for r, m in enumerate(out) if m is not None}
+
+    def guard(self) -> None:
+        flag = torch.zeros(1)
+        dist.all_reduce(flag)
+        if flag.item() > 0:
+            raise _PeerFailed(self._gather(None))
+
+    def fail(self, msg: str) -> dict[int, str]:
+        """Tell the other ranks (at their next guard) that this rank failed; all messages."""
+        dist.all_reduce(torch.ones(1))
+        return self._gather(msg)
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        self.guard()
+        t = t.clone()
+        dist.all_reduce(t)
+        return t
+
+    def all_gather_cat(self, t: torch.Tensor) -> torch.Tensor:
+        """Concatenation in rank order (ranks hold equal-sized, contiguous blocks)."""
+        self.guard()
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t.contiguous())
+        return torch.cat(out)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        self.guard()
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        self.guard()
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        self.all_reduce_sum(torch.zeros(1))
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        return nn.parallel.DistributedDataParallel(module)
+
+
+@dataclass
+class RankJob:
+    """What every rank needs; picklable (TorchDistributor ships it to the ranks)."""
+
+    config: dict  # models.config.TrainConfig fields
+    blocks: int
+    load: Callable[[int, int], tuple[TrainData, torch.Tensor, int]]  # (rank, world) -> shard
+    out_dir: str  # artefacts of the run (rank 0 writes)
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    stop_after: int | None = None
+    timeout_s: float = 1800.0
+    meta: dict = field(default_factory=dict)  # copied into the summary (ids, names)
+    init: tuple[str, int, int, int] | None = None  # (addr, port, rank, world); None: env://
+
+
+# ----------------------------------------------------------------------------------------------
+def _atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    _atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, default=str))
+
+
+def save_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> None:
+    folder = Path(folder)
+    rdir = folder / f"round-{run.round:06d}"
+    if comm.rank == 0:
+        save_checkpoint(run.shared_state(), rdir / "shared")
+    save_checkpoint(run.shard_state(), rdir / f"rank{comm.rank}")
+    comm.barrier()  # every rank's files of this round are in place
+    if comm.rank == 0:
+        write_json(folder / LATEST, {"round": run.round, "world": comm.world})
+        for old in folder.glob("round-*"):
+            if old.name != rdir.name:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def load_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> bool:
+    """Load the last complete round into `run`; False when there is no checkpoint."""
+    marker = Path(folder) / LATEST
+    if not marker.exists():
+        return False
+    info = json.loads(marker.read_text())
+    if info["world"] != comm.world:
+        raise RankFailedError(f"checkpoint in {folder} was written by {info['world']} processes; "
+                              f"resume with num_processes={info['world']} (got {comm.world})")
+    rdir = Path(folder) / f"round-{info['round']:06d}"
+    run.load_shared(load_checkpoint(rdir / "shared"))
+    run.load_shard(load_checkpoint(rdir / f"rank{comm.rank}"))
+    return True
+
+
+def write_artefacts(run: _Run, out_dir: Path, meta: dict) -> dict[str, str]:
+    """policy.pt (weights, dims, DP start distribution), accountant.json, history.json,
+    train_config.json (without the seed), all written atomically."""
+    cfg = run.cfg
+    files = {name: out_dir / name for name in
+             ("policy.pt", "accountant.json", "history.json", "train_config.json")}
+    policy = {"policy_state": run.policy.state_dict(), "n_locations": run.env.n_locations,
+              "loc_dim": cfg.loc_dim, "slot_dim": cfg.slot_dim, "hidden": cfg.policy_hidden,
+              "k_nearest": cfg.k_nearest, "explore_exponent": cfg.explore_exponent,
+              "start_probs": run.start_probs, "scheme": cfg.scheme, "meta": meta}
+    _atomic_write(files["policy.pt"], lambda fh: torch.save(policy, fh), binary=True)
+    write_json(files["accountant.json"], {"summary": run.accountant.summary(),
+                                          "state": run.accountant.state_dict()})
+    write_json(files["history.json"], run.history)
+    public = {k: v for k, v in cfg.to_dict().items() if k != "seed"}
+    write_json(files["train_config.json"], {**public, "blocks": run.blocks})
+    return {k: str(v) for k, v in files.items()}
+
+
+def _fault_hook(rank: int) -> Callable[[_Run], None] | None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return None
+    parts = spec.split(":")
+    f_rank, f_round = int(parts[0]), int(parts[1])
+    hard = len(parts) > 2 and parts[2] == "exit"
+
+    def hook(run: _Run) -> None:
+        if rank == f_rank and run.round == f_round:
+            if hard:
+                os._exit(3)
+            raise RuntimeError(f"injected fault on rank {rank} at round {f_round}")
+
+    return hook if rank == f_rank else None
+
+
+# ----------------------------------------------------------------------------------------------
+def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
+    t0 = time.perf_counter()
+    cfg = TrainConfig.from_dict(job.config)
+    data, rows, n_total = job.load(comm.rank, comm.world)
+    run = holder["run"] = _Run(cfg, data, comm, rows, n_total, job.blocks)
+    t_setup = time.perf_counter() - t0
+    resumed = bool(job.checkpoint_dir and job.resume
+                   and load_sharded(run, job.checkpoint_dir, comm))
+    if resumed:
+        log.info("rank %d resumed at round %d, epsilon %.4g", comm.rank, run.round,
+                 run.accountant.epsilon())
+    else:
+        try:
+            run.setup_start_histogram()
+        except BudgetExceededError as exc:
+            raise BudgetExceededError(f"start histogram alone exceeds the budget: {exc}") from exc
+    last = cfg.rounds if job.stop_after is None else min(cfg.rounds, job.stop_after)
+    save = ((lambda: save_sharded(run, job.checkpoint_dir, comm)) if job.checkpoint_dir
+            else None)
+    round0 = run.round
+    t1 = time.perf_counter()
+    train_loop(run, last, save, _fault_hook(comm.rank))
+    t_rounds = time.perf_counter() - t1
+    report = {"rank": comm.rank, "users": data.n_users, "rounds_done": run.round,
+              "setup_s": round(t_setup, 3), "rounds_s": round(t_rounds, 3),
+              "rounds_run": run.round - round0}
+    shared = None
+    if comm.rank == 0:
+        artefacts = write_artefacts(run, Path(job.out_dir), job.meta)
+        shared = {"rounds_done": run.round, "resumed_at": round0 if resumed else None,
+                  "stopped_reason": run.stopped, "accountant": run.accountant.summary(),
+                  "history": run.history, "n_users_total": n_total, "blocks": job.blocks,
+                  "artefacts": artefacts, "meta": job.meta}
+    shared = comm.broadcast_object(shared)
+    reports = comm.gather_objects(report)
+    return {"ok": True, "world": comm.world, "ranks": reports, **shared}
+
+
+def _init(job: RankJob) -> None:
+    timeout = dt.timedelta(seconds=job.timeout_s)
+    if job.init is None:
+        dist.init_process_group("gloo", timeout=timeout)
+    else:
+        addr, port, rank, world = job.init
+        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+                                world_size=world, timeout=timeout)
+
+
+def run_rank(job: RankJob) -> dict:
+    """One rank's whole run; returns the summary (identical on every rank, see module doc)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s rank %(process)d %(name)s: "
+                                   "%(message)s")
+    torch.set_num_threads(max(1, int(os.environ.get("TRAJPRIV_TORCH_THREADS", "1"))))
+    _init(job)
+    comm = TorchComm()
+    if comm.rank != 0:
+        logging.getLogger("models").setLevel(logging.WARNING)
+    holder: dict = {}
+    result: dict
+    try:
+        try:
+            result = _train(job, comm, holder)
+        except _PeerFailed as exc:
+            result = {"ok": False, "world": comm.world, "errors": exc.errors}
+        except Exception as exc:  # report it to every rank, then return the failure summary
+            msg = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+            log.error("%s", msg, exc_info=True)
+            try:
+                Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+                (Path(job.out_dir) / f"rank{comm.rank}.error").write_text(msg)
+            except OSError:
+                pass
+            try:
+                errors = comm.fail(msg)
+            except Exception as exc2:  # peers unreachable
+                errors = {comm.rank: f"{msg} (could not reach the other ranks: {exc2})"}
+            result = {"ok": False, "world": comm.world, "errors": errors}
+    finally:
+        holder.clear()  # model, DDP wrapper and optimisers go before the process group
+        gc.collect()
+        dist.destroy_process_group()
+    return result
+
+
+def check_summary(result: Any, world: int) -> dict:
+    """Raise RankFailedError unless `result` is a complete success summary from `world` ranks."""
+    if not isinstance(result, dict) or "ok" not in result:
+        raise RankFailedError(f"training returned no summary (got {type(result).__name__})")
+    if not result["ok"]:
+        errs = result.get("errors") or {}
+        text = "; ".join(errs[r] for r in sorted(errs)) or "no message"
+        raise RankFailedError(f"training failed on {len(errs)} rank(s): {text}")
+    ranks = sorted(r["rank"] for r in result.get("ranks", []))
+    if result.get("world") != world or ranks != list(range(world)):
+        raise RankFailedError(f"incomplete training summary: ranks {ranks} of {world}")
+    done = {r["rounds_done"] for r in result["ranks"]}
+    if done != {result.get("rounds_done")}:
+        raise RankFailedError(f"ranks disagree on the rounds done: {sorted(done)}")
+    missing = [p for p in result.get("artefacts", {}).values() if not Path(p).exists()]
+    if missing or not result.get("artefacts"):
+        raise RankFailedError(f"training artefacts missing: {missing or 'none listed'}")
+    return result

@@ -1,0 +1,157 @@
+"""`trajpriv train` and `trajpriv synthesize` on the shared local[2] session (TorchDistributor,
+gloo, 2 processes). Each launch costs tens of seconds on a loaded 2-core machine, so one
+uninterrupted run is shared by the tests (module fixture) and they are marked slow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs import stage as harness
+from jobs import synthesize as synth_stage
+from jobs import train as train_stage
+from jobs.config import load_config
+from models.data import TrainData
+from models.train import fit
+from tests.models._toy import toy_data
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DATASET = "train_toy"
+OPTIONS = ("{seed: 7, episodes_per_round: 8, k_nearest: 10, critic_hidden: 8, critic_batch: 16,"
+           " critic_steps: 2, policy_hidden: 16, loc_dim: 4, slot_dim: 4, ppo_epochs: 2,"
+           " ppo_minibatch: 128, beta: 0.5, participation: 0.8}")
+LOC_OFFSET = 100  # location ids are not row numbers: the job must map them
+
+
+def _cfg(spark_config, *extra: str):
+    return load_config(None, [f"storage.root={spark_config.storage.root}",
+                              "spark.conf.spark.sql.shuffle.partitions=2",
+                              f"dataset={DATASET}", "train.num_processes=2", "train.blocks=2",
+                              "train.rounds=3", "train.noise=0.5", "train.target_epsilon=1e6",
+                              f"train.options={OPTIONS}", "synthesize.n_days=10",
+                              "synthesize.partitions=2", *extra])
+
+
+def _args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{"resume": None, "train_run": None, **kw})
+
+
+@pytest.fixture(scope="module")
+def toy_tables(spark, spark_config):
+    from jobs.catalog import write_table
+
+    data = toy_data(n_users=6, days=8)
+    rows = [(DATASET, f"u{u}", dt.date(2014, 6, 1) + dt.timedelta(days=i),
+             (d + LOC_OFFSET).astype(int).tolist())
+            for u, days in enumerate(data.days_per_user) for i, d in enumerate(days)]
+    days_df = spark.createDataFrame(rows, "dataset string, user_id string, date date, "
+                                          "slots array<int>")
+    write_table(days_df, "trajpriv_raw.slot_days", partition_by=["dataset", "date"],
+                replace={"dataset": DATASET})
+    locs = pd.DataFrame({"dataset": DATASET,
+                         "loc_id": np.arange(len(data.coords), dtype=np.int32) + LOC_OFFSET,
+                         "lat": data.coords[:, 0], "lon": data.coords[:, 1]})
+    write_table(spark.createDataFrame(locs, "dataset string, loc_id int, lat double, lon double"),
+                "trajpriv_pub.locations", partition_by=["dataset"], replace={"dataset": DATASET})
+    return data
+
+
+@pytest.fixture(scope="module")
+def trained(spark, spark_config, toy_tables):
+    cfg = _cfg(spark_config)
+    figures = harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-a")
+    return cfg, figures
+
+
+def test_two_processes_equal_one_process(spark, trained):
+    """Same seed and blocks: the 2-rank Spark job and one-process `fit` on the same training
+    days give the same rewards and epsilon (tolerance: tests/models/test_distributed.py)."""
+    cfg, figures = trained
+    split = spark.table("trajpriv_raw.slot_days_split").where(
+        f"dataset = '{DATASET}' AND split = 'train'").toPandas()
+    split = split.sort_values(["user_id", "date"])
+    days = [np.stack(g.slots.to_numpy()).astype(np.int64) - LOC_OFFSET
+            for _, g in split.groupby("user_id", sort=True)]
+    data = TrainData(days, toy_data(n_users=6, days=8).coords, sorted(split.user_id.unique()))
+    one = fit(train_stage.model_config(cfg, 7), data, blocks=2)
+    assert figures["rounds_done"] == one.rounds_done == 3
+    for a, b in zip(figures["reward_mean"], [h["reward_mean"] for h in one.history], strict=True):
+        assert a == pytest.approx(b, rel=1e-4)
+    assert figures["epsilon"] == pytest.approx(one.accountant["epsilon"], rel=1e-9)
+    assert figures["num_processes"] == 2 and sum(figures["users_per_rank"]) == figures["users"]
+    holdout = spark.table("trajpriv_raw.slot_days_split").where(
+        f"dataset = '{DATASET}' AND split = 'holdout'").count()
+    assert 0 < holdout < 48  # 30% of 48 days held out, by a keyed hash
+
+
+def test_runs_table_has_epsilon_and_artefacts(spark, trained, spark_config):
+    row = spark.sql("SELECT figures FROM trajpriv_pub.runs WHERE run_id = 'train-toy-a'").first()
+    figs = json.loads(row["figures"])
+    assert figs["epsilon"] > 0 and figs["delta"] == 1e-5
+    run_dir = spark_config.storage.runs_dir / "train-toy-a"
+    for name in ("policy.pt", "accountant.json", "history.json", "train_config.json"):
+        assert (run_dir / name).exists(), name
+    assert "seed" not in json.loads((run_dir / "train_config.json").read_text())
+
+
+def test_failing_rank_fails_the_job_with_its_message(spark, trained, spark_config, tmp_path,
+                                                     monkeypatch, capsys):
+    monkeypatch.setenv("TRAJPRIV_TRAIN_FAULT", "1:1")
+    monkeypatch.setattr("jobs.session.stop_spark", lambda s: None)  # keep the shared session
+    conf = tmp_path / "c.yaml"
+    conf.write_text(_cfg(spark_config).to_yaml())
+    rc = harness.main("train", train_stage.run, ["--config", str(conf), "--run-id", "train-bad"],
+                      add_args=train_stage.add_args)
+    assert rc == 1
+    assert "injected fault on rank 1 at round 1" in capsys.readouterr().err
+
+
+def test_resume_after_kill_continues_with_the_accountant(spark, trained, spark_config,
+                                                         monkeypatch):
+    cfg, whole = trained
+    monkeypatch.setenv("TRAJPRIV_TRAIN_FAULT", "0:2:exit")  # rank 0 dies hard before round 2
+    with pytest.raises(Exception):  # noqa: B017 - TorchDistributor or RankFailedError
+        harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-killed")
+    ckpt = spark_config.storage.runs_dir / "train-toy-killed" / "checkpoint"
+    assert json.loads((ckpt / "LATEST.json").read_text())["round"] == 2
+    monkeypatch.delenv("TRAJPRIV_TRAIN_FAULT")
+    resumed = harness.execute("train", train_stage.run, cfg, _args(resume="train-toy-killed"),
+                              spark, "train-toy-resumed")
+    assert resumed["resumed_at_round"] == 2 and resumed["rounds_done"] == 3
+    assert resumed["epsilon"] == whole["epsilon"]  # the accountant carried rounds 0-1
+    assert resumed["reward_mean"] == pytest.approx(whole["reward_mean"], rel=1e-6)
+
+
+
+def test_synthesize_schema_rows_and_locations(spark, trained):
+    cfg, _ = trained
+    ns = argparse.Namespace(resume=None, train_run="train-toy-a")
+    figs = harness.execute("synthesize", synth_stage.run, cfg, ns, spark, "synth-toy")
+    assert figs["days"] == 10
+    df = spark.table("trajpriv_pub.synthetic_trajectories").where(
+        f"dataset = '{DATASET}' AND run_id = 'train-toy-a'")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("model", "string"), ("epsilon", "double"), ("delta", "double"), ("traj_no", "bigint"),
+        ("slots", "array<int>"), ("dataset", "string"), ("run_id", "string")]
+    pdf = df.toPandas().sort_values("traj_no")
+    assert pdf.traj_no.tolist() == list(range(10))
+    slots = np.stack(pdf.slots.to_numpy())
+    assert slots.shape == (10, 48)
+    assert set(np.unique(slots)) <= set(range(LOC_OFFSET, LOC_OFFSET + 60))
+    points = spark.table("trajpriv_pub.synthetic_points").where(
+        f"dataset = '{DATASET}' AND run_id = 'train-toy-a'")
+    assert points.count() == 480 and points.where("lat IS NULL").count() == 0
+    again = harness.execute("synthesize", synth_stage.run, cfg, ns, spark, "synth-toy-2")
+    assert again["days"] == 10  # idempotent: same rows replaced, not appended
+    spark.catalog.refreshTable("trajpriv_pub.synthetic_trajectories")  # files were replaced
+    pdf2 = spark.table("trajpriv_pub.synthetic_trajectories").where(
+        f"dataset = '{DATASET}' AND run_id = 'train-toy-a'").toPandas().sort_values("traj_no")
+    assert len(pdf2) == 10
+    assert np.array_equal(np.stack(pdf2.slots.to_numpy()), slots)
