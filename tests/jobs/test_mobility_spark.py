@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -11,7 +9,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pyspark")
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from jobs.mobility_spark import (  # noqa: E402
@@ -26,22 +23,6 @@ from udfs.mobility_bins import bucket_index  # noqa: E402
 from udfs.mobility_stats import summarize_days  # noqa: E402
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """Local session (DESIGN.md s. 9); the lead moves a shared one into tests/conftest.py."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("trajpriv-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def synthetic_days(rng: np.random.Generator, n: int, n_loc: int) -> np.ndarray:
