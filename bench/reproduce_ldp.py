@@ -21,8 +21,11 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "out"
 EPS = (1, 2, 4, 6, 8, 10)
 DELTAS = {"chi": (1.0, 2.0, 4.0), "cps": (0.25, 0.5, 1.0)}
-METHODS = {"ATP": ("atp", {}), "ATP-mid": ("atp", {"combiner": "midpoint"}), "TP": ("tp", {}),
-           "EXP": ("exp", {}), "UNIFORM": ("uniform", {})}
+# Defaults first; then the alternatives the defaults were chosen against: the midpoint combiner
+# and DESIGN.md's two-copy rule for length-1 trajectories ("-2c"; the default is one EM draw).
+METHODS = {"ATP": ("atp", {}), "TP": ("tp", {}), "EXP": ("exp", {}), "UNIFORM": ("uniform", {}),
+           "ATP-mid": ("atp", {"combiner": "midpoint"}), "TP-mid": ("tp", {"combiner": "midpoint"}),
+           "ATP-2c": ("atp", {"single_point": "two_copies"})}
 
 
 def run(name, reps):

@@ -20,19 +20,29 @@ from udfs.tp import (
     COPIES,
     check_combiner,
     check_granularity,
+    check_single_point,
     combine,
-    perturb_copy,
+    per_length,
+    perturb_copy_batch,
     resolve_granularity,
+    single_point_record,
+    split_single,
 )
 
 SHARES = {"anchor": 1 / 16, "radius": 3 / 16, "directions": 9 / 16, "points": 3 / 16}
 TEST_VALUES = 0.1 * np.arange(11)
 
 
-def anchor_points(space: LocationSpace, traj: np.ndarray) -> np.ndarray:
-    """p_alpha: mean latitude / longitude of each row's points (repeats counted), snapped to P."""
-    lat = space.coords[traj, 0].mean(axis=1)
-    lon = space.coords[traj, 1].mean(axis=1)
+def anchor_points(space: LocationSpace, traj: np.ndarray, lens=None) -> np.ndarray:
+    """p_alpha: mean latitude / longitude of each row's points (repeats counted), snapped to P.
+    With ``lens``, row i uses its first lens[i] positions only (padded batches)."""
+    if lens is None:
+        lat = space.coords[traj, 0].mean(axis=1)
+        lon = space.coords[traj, 1].mean(axis=1)
+    else:
+        valid = np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None]
+        lat = np.where(valid, space.coords[traj, 0], 0.0).sum(axis=1) / lens
+        lon = np.where(valid, space.coords[traj, 1], 0.0).sum(axis=1) / lens
     return space.nearest(lat, lon)
 
 
@@ -58,8 +68,10 @@ def eta_table(space: LocationSpace, eps_r: float) -> tuple[np.ndarray, np.ndarra
             cs = np.concatenate([np.zeros((blk.size, 1)), np.cumsum(ds, axis=1)], axis=1)
             dr = space.row_max[blk][:, None]
             z = np.where(dr > 0, (2 * b + 1) * ds / np.where(dr > 0, dr, 1.0) - b, -b)
-            lt = (z[:, :, None] < TEST_VALUES[None, None, :]).sum(1)  # (blk, 11): #z < v_k
-            le = (z[:, :, None] <= TEST_VALUES[None, None, :]).sum(1)  # #z <= v_k
+            # z is non-decreasing along each row (ds is sorted, dr > 0 is per row), so the
+            # counts #z < v_k and #z <= v_k are exact binary searches (O(n log n), not O(11 n))
+            lt = np.stack([np.searchsorted(row, TEST_VALUES, "left") for row in z])
+            le = np.stack([np.searchsorted(row, TEST_VALUES, "right") for row in z])
             tot = cs[:, -1]
             mean[blk] = tot / n
             hi_cnt, lo_cnt = le[:, None, :], lt[:, :, None]  # axes (blk, klo, khi)
@@ -94,19 +106,31 @@ def calibrate(space, anchor, r_hat, eps_r: float, radius: np.ndarray) -> np.ndar
     return np.maximum(radius + math.exp(-eps_r) * (eta - radius) * sig, 0.0)
 
 
-def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True):
-    """Anchor EM over P (eps_a), radius SW (eps_r), calibration; returns (anchor^, R^)."""
-    c = eps_a / (2.0 * space.diameter) if space.diameter > 0 else 0.0
+def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens=None):
+    """Anchor EM over P (eps_a), radius SW (eps_r), calibration; returns (anchor^, R^).
+
+    eps_a / eps_r: scalars or one per row; ``lens``: valid prefix per row of a padded batch.
+    """
+    c = np.asarray(eps_a, dtype=np.float64) / (2.0 * space.diameter) if space.diameter > 0 \
+        else 0.0
     a_hat = em_sample(space, anchor, c, rng)
     dr = space.row_max[a_hat]
-    rmax = space.dist[a_hat[:, None], traj].max(axis=1).astype(np.float64)
+    dd = space.dist[a_hat[:, None], traj]
+    if lens is not None:
+        dd = np.where(np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None], dd, 0.0)
+    rmax = dd.max(axis=1).astype(np.float64)
     r = np.where(dr > 0, np.minimum(rmax / np.where(dr > 0, dr, 1.0), 1.0), 0.0)
-    sw = SquareWave(eps_r)
-    b = sw.b
-    r_hat = sw.perturb(r, rng=rng)
-    radius = (r_hat + b) * dr / (2 * b + 1)
-    if calibrated:
-        radius = calibrate(space, a_hat, r_hat, eps_r, radius)
+    er = np.broadcast_to(np.asarray(eps_r, dtype=np.float64), r.shape)
+    radius = np.empty_like(r)
+    for e in ([er[0]] if (er == er[0]).all() else np.unique(er)):  # one value in practice
+        m = er == e
+        sw = SquareWave(float(e))
+        b = sw.b
+        r_hat = sw.perturb(r[m], rng=rng)
+        rad = (r_hat + b) * dr[m] / (2 * b + 1)
+        if calibrated:
+            rad = calibrate(space, a_hat[m], r_hat, float(e), rad)
+        radius[m] = rad
     return a_hat, radius
 
 
@@ -118,13 +142,21 @@ class ATP:
         over P give every output a probability within a factor e^eps (length is public).
     Budget: two copies, eps/2 each; per copy anchor 1/16 (EM over P), radius 3/16 (square wave),
         directions 9/16 evenly over n-1 k-RR draws, points 3/16 evenly over n EM draws in the
-        region (Theorem 5.1). n = 1: no directions; the point gets 12/16. Calibration, region
-        selection, fallbacks and combining use only perturbed values (post-processing).
+        region (Theorem 5.1). Calibration, region selection, fallbacks and combining use only
+        perturbed values (post-processing). n = 1 (``single_point``): "one_copy" (default; a
+        deviation from DESIGN.md, PROOF.md 2a): anchor 0, radius 0, point = the whole eps, i.e.
+        one EM draw over P (the anchor of one point is that point, so anchor and radius would
+        re-spend budget on it; measured better from eps = 4 up, slightly worse at eps <= 2);
+        "two_copies": DESIGN's two copies, each anchor 1/16, radius 3/16, point 12/16 of eps/2.
     Citations: TP/ATP paper, Theorem 5.1 and Alg. 4-5; Li et al. 2020 (square wave).
-    Runtime: one KD-tree query and O(n) look-ups per trajectory plus the TP step; restricted EM
-        draws are O(1) expected (rejection) and O(region) in the worst case; vectorised.
-    Utility: points are drawn from a region sized to the trajectory, so errors shrink with the
-        region (NE below EXP at every epsilon on CHI/CPS).
+    Runtime: one KD-tree query and O(n) look-ups per trajectory plus the TP step (see TP);
+        the calibration table is built once per (space, eps_r) and cached on the space.
+    Utility: points are drawn from a region around the perturbed anchor. At eps <= 10 the
+        anchor (eps/32 per copy) and radius (3 eps/32) are very noisy, so regions cover ~65% of
+        P and the trajectory about as often as a random region would; the gain over EXP comes
+        from the sector constraints and the region's pull toward central locations.
+        bench/reproduce_ldp.py (5 reps): NE below EXP at every epsilon on CPS and at eps 1-6 on
+        CHI, equal at eps 8 and 0.0005 above at eps 10.
     """
 
     space: LocationSpace
@@ -132,11 +164,13 @@ class ATP:
     granularity: str | int = "auto"
     calibrated: bool = True
     combiner: str = "eq7"
+    single_point: str = "one_copy"
 
     name = "atp"
 
     def __post_init__(self):
         check_combiner(self.combiner)
+        check_single_point(self.single_point)
         object.__setattr__(self, "epsilon_total", check_epsilon(self.epsilon_total))
         object.__setattr__(self, "granularity", check_granularity(self.granularity))
         if not isinstance(self.calibrated, bool):
@@ -154,6 +188,8 @@ class ATP:
         return {"anchor": a, "radius": r, "direction": d, "point": p}
 
     def record(self, n: int) -> BudgetRecord:
+        if n == 1 and self.single_point == "one_copy":
+            return single_point_record(self.name, self.epsilon_total)
         bud = self.copy_budget(n)
         steps = []
         for name, parity in COPIES:
@@ -170,14 +206,25 @@ class ATP:
         return max(self.record(n).spent for n in range(1, 17))
 
     def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        n = traj.shape[1]
-        bud = self.copy_budget(n)
-        g = resolve_granularity(self.granularity, bud["direction"])
-        anchor = anchor_points(self.space, traj)
+        """(N, n) trajectories of one length -> (N, n) outputs."""
+        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
+
+    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+
+        def params(n):
+            b = self.copy_budget(n)
+            g = resolve_granularity(self.granularity, b["direction"])
+            return b["anchor"], b["radius"], b["direction"], b["point"], g
+
+        out, rest, t, lens = split_single(self, traj, lens, rng)
+        if rest.size == 0:
+            return out
+        ea, er, dr, pt, g = per_length(lens, params)
+        anchor = anchor_points(self.space, t, lens)
         outs = []
         for _, parity in COPIES:
-            region = perturb_region(self.space, traj, anchor, bud["anchor"], bud["radius"], rng,
-                                    self.calibrated)
-            outs.append(perturb_copy(self.space, traj, parity, bud["point"], bud["direction"], g,
-                                     rng, region))
-        return combine(outs[0], outs[1], self.space, self.combiner)
+            region = perturb_region(self.space, t, anchor, ea, er, rng, self.calibrated, lens)
+            outs.append(perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, rng, region))
+        out[rest] = combine(outs[0], outs[1], self.space, self.combiner)
+        return out

@@ -9,6 +9,7 @@ import numpy as np
 from udfs.budget import BudgetRecord, Step, check_epsilon, split
 from udfs.sampling import em_sample
 from udfs.space import LocationSpace
+from udfs.tp import per_length
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,9 +40,17 @@ class EXP:
         return max(self.record(n).spent for n in range(1, 17))
 
     def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        (pt,) = split(self.epsilon_total, [(traj.shape[1], 1.0)])
-        c = pt / (2.0 * self.space.diameter) if self.space.diameter > 0 else 0.0
-        return em_sample(self.space, traj.ravel(), c, rng).reshape(traj.shape)
+        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
+
+    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+        lens = np.asarray(lens, dtype=np.int64)
+        (pts,) = per_length(lens, lambda n: split(self.epsilon_total, [(n, 1.0)]))
+        c = pts / (2.0 * self.space.diameter) if self.space.diameter > 0 else 0.0 * pts
+        vr, vc = np.nonzero(np.arange(traj.shape[1])[None, :] < lens[:, None])
+        out = np.array(traj, dtype=np.int64, copy=True)
+        out[vr, vc] = em_sample(self.space, traj[vr, vc], c[vr], rng)
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,3 +81,9 @@ class Uniform:
 
     def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.space.n, size=traj.shape)
+
+    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
+        valid = np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None]
+        out = np.array(traj, dtype=np.int64, copy=True)
+        out[valid] = rng.integers(0, self.space.n, size=int(valid.sum()))
+        return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from udfs.errors import InvalidParameterError
 
@@ -44,15 +45,20 @@ def split(total: float, counts_weights: list[tuple[int, float]]) -> list[float]:
     ``total * weight_i / count_i``. Weights must sum to 1 over groups with count > 0.
 
     Returns one per-step value per group (0.0 for empty groups). Values are nudged down by ulps
-    until the exact sum over all steps is <= total.
+    until the exact sum over all steps is <= total. Cached (a pure function of its arguments).
     """
+    return list(_split(float(total), tuple((int(c), float(w)) for c, w in counts_weights)))
+
+
+@lru_cache(maxsize=4096)
+def _split(total: float, counts_weights: tuple[tuple[int, float], ...]) -> tuple[float, ...]:
     vals = [total * w / c if c > 0 else 0.0 for c, w in counts_weights]
     for _ in range(64):
         exact = sum(
             (Fraction(v) * c for v, (c, _) in zip(vals, counts_weights, strict=True)), Fraction(0)
         )
         if exact <= Fraction(total):
-            return vals
+            return tuple(vals)
         i = max(range(len(vals)), key=lambda j: vals[j] * counts_weights[j][0])
         vals[i] = math.nextafter(vals[i], 0.0)
     raise AssertionError("budget split did not converge")  # unreachable for sane inputs

@@ -2,9 +2,10 @@
 
 The Spark layer calls :func:`perturb` once per user with that user's SeedSequence (derived from
 the secret run key and the user id), so a user's output depends only on the user's seed and
-trajectories. Within one call, trajectories are grouped by length and each group is perturbed
-with array operations (no Python loop per point); the random stream is consumed in order of
-increasing length, then input order.
+trajectories. Within one call, all trajectories (of every length) are perturbed together as
+one padded (N, max length) batch with array operations (no Python loop per point and no
+per-length pass, so a call's fixed cost does not grow with the number of distinct lengths);
+the random stream is consumed step by step over the whole batch in input order.
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ def as_generator(seed) -> np.random.Generator:
 
 def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
                    granularity="auto", r_dir: float = 0.75, calibrated: bool = True,
-                   combiner: str = "eq7"):
+                   combiner: str = "eq7", single_point: str = "one_copy"):
     """Build the mechanism value object (validates every parameter)."""
     if not isinstance(space, LocationSpace):
         raise InvalidParameterError("space must be a udfs.space.LocationSpace "
                                     "(build it with LocationSpace.from_latlon)")
     if mechanism == "tp":
-        return TP(space, epsilon, r_dir=r_dir, granularity=granularity, combiner=combiner)
+        return TP(space, epsilon, r_dir=r_dir, granularity=granularity, combiner=combiner,
+                  single_point=single_point)
     if mechanism == "atp":
         return ATP(space, epsilon, granularity=granularity, calibrated=calibrated,
-                   combiner=combiner)
+                   combiner=combiner, single_point=single_point)
     if mechanism == "exp":
         return EXP(space, epsilon)
     if mechanism == "uniform":
@@ -60,6 +62,28 @@ def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
 
 
 def _validate(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]:
+    """Fast path: int arrays checked in bulk; anything odd goes to :func:`_validate_slow`, which
+    raises the error of the first bad trajectory (same messages, same order)."""
+    if max_len is None or (isinstance(max_len, int | np.integer) and not isinstance(max_len, bool)
+                           and max_len >= 1):
+        out = []
+        for t in trajectories:
+            a = t if isinstance(t, np.ndarray) else np.asarray(t)
+            if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
+                break
+            out.append(a.astype(np.int64, copy=False))
+        else:
+            if not out:
+                return out
+            cat = np.concatenate(out)
+            longest = max(map(len, out))
+            if (cat.min() >= 0 and cat.max() < n_loc
+                    and (max_len is None or longest <= max_len)):
+                return out
+    return _validate_slow(trajectories, n_loc, max_len)
+
+
+def _validate_slow(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]:
     if max_len is not None and (
         not isinstance(max_len, int | np.integer) or isinstance(max_len, bool) or max_len < 1
     ):
@@ -93,7 +117,8 @@ def _validate(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]
 
 def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, seed, *,
             granularity="auto", r_dir: float = 0.75, max_len: int | None = None,
-            calibrated: bool = True, combiner: str = "eq7", return_budget: bool = False):
+            calibrated: bool = True, combiner: str = "eq7", single_point: str = "one_copy",
+            return_budget: bool = False):
     """Perturb each trajectory with `mechanism` at budget `epsilon` per whole trajectory.
 
     Args:
@@ -108,23 +133,25 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         max_len: if given, a longer trajectory raises InvalidTrajectoryError.
         calibrated: ATP's radius calibration on/off (post-processing either way).
         combiner: "eq7" (DESIGN.md Eq. 7, default) or "midpoint" (TP/ATP; post-processing).
+        single_point: TP/ATP on length-1 trajectories: "one_copy" (default, one EM draw over P
+            with the whole epsilon; deviation from DESIGN.md, see udfs/PROOF.md 2a) or
+            "two_copies" (DESIGN.md: two eps/2 copies combined).
         return_budget: also return one BudgetRecord per trajectory (each step's epsilon).
 
     Returns:
         list of int64 arrays (same order and lengths), or (list, list[BudgetRecord]).
     """
     mech = make_mechanism(space, epsilon, mechanism, granularity=granularity, r_dir=r_dir,
-                          calibrated=calibrated, combiner=combiner)
+                          calibrated=calibrated, combiner=combiner, single_point=single_point)
     trajs = _validate(trajectories, space.n, max_len)
     rng = as_generator(seed)
-    out: list[np.ndarray | None] = [None] * len(trajs)
-    lengths = np.array([t.size for t in trajs], dtype=np.int64)
-    for n in np.unique(lengths):
-        idx = np.flatnonzero(lengths == n)
-        group = np.stack([trajs[i] for i in idx])  # (N, n) location ids
-        res = mech.perturb_group(group, rng=rng)
-        for row, i in enumerate(idx):
-            out[i] = res[row].astype(np.int64)
+    out: list[np.ndarray] = []
+    if trajs:
+        lengths = np.fromiter(map(len, trajs), dtype=np.int64, count=len(trajs))
+        pad = np.zeros((len(trajs), int(lengths.max())), np.int64)  # (N, L), row i valid < n_i
+        pad[np.arange(pad.shape[1])[None, :] < lengths[:, None]] = np.concatenate(trajs)
+        res = mech.perturb_batch(pad, lengths, rng=rng)
+        out = [r[:n] for r, n in zip(res, lengths.tolist(), strict=True)]
     if return_budget:
         records: dict[int, BudgetRecord] = {}
         recs = [records.setdefault(t.size, mech.record(t.size)) for t in trajs]

@@ -10,6 +10,7 @@ g = argmax over {2, 4, 6, 12} (ties: the smaller g).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from udfs.budget import check_epsilon
 
@@ -49,6 +50,9 @@ def choose_granularity(epsilon: float) -> int:
     Pass the budget of ONE perturbed direction (what each k-RR call spends); `udfs.tp` and
     `udfs.atp` call this with their per-direction epsilon (see PROOF.md section 5).
     """
-    eps = check_epsilon(epsilon)
-    best = max(CANDIDATES, key=lambda g: (score(g, eps), -g))
-    return best
+    return _choose(check_epsilon(epsilon))
+
+
+@lru_cache(maxsize=4096)
+def _choose(eps: float) -> int:  # pure function of eps; cached (called per length group)
+    return max(CANDIDATES, key=lambda g: (score(g, eps), -g))

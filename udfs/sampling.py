@@ -9,16 +9,26 @@ S_i is chosen by the fallback chain of DESIGN.md section 4 (TP step 2):
 
 ``base_i`` is P, or the ATP region {q : D[a_i, q] <= R_i} (a prefix of ``space.order[a_i]``).
 Every set above is a slice of a precomputed row (``order`` or ``sector_order``) filtered by O(1)
-membership tests, so no row ever touches all of P unless its domain really is that large.
+membership tests, or an AND of precomputed bitsets.
 
 Two stages, both exact:
-1. Rejection (cheap, O(1) per try): propose r uniformly from the smallest superset list of
-   level 0 and accept iff r is in level 0 and ``E >= c * D[true, r]`` with E ~ Exp(1). An
-   accepted r has exactly the level-0 EM law (acceptance is proportional to the EM weight), and
-   a row accepts only when level 0 is non-empty, i.e. exactly when level 0 is its domain.
-2. Explicit inverse CDF for rows still pending after ``tries`` rounds: weights over the padded
-   candidate list in log space (max subtracted, so eps up to 1e6 neither overflows nor yields
-   NaN), level decided by which masks are non-empty.
+1. Rejection (cheap, O(1) per try): propose r uniformly from a superset of the row's target
+   domain and accept iff r is in the domain and ``E >= c * D[true, r]`` with E ~ Exp(1). An
+   accepted r has exactly the EM law on that domain (acceptance is proportional to the EM
+   weight), and a row accepts only when that domain is non-empty. Proposal sets:
+   - rows with a sector constraint (:func:`_bitset_stage`): a bitset of ``ceil(|P|/64)`` words
+     (:func:`sector_bits` per (pivot, sector); :func:`region_bits` per region), the k-th set
+     bit picked from word popcounts and a byte select table. The stage ANDs region and sector
+     bitsets level by level and targets the first level whose bitset is non-empty: an empty
+     bitset proves its level empty, so the fallback chain is decided exactly in O(|P|/64).
+   - other rows (:func:`_list_stage`): the smallest superset list (``order`` prefix or
+     ``sector_order`` slice).
+   The loop stops early when a round accepts under 1/16 of its rows (:func:`_give_up`).
+2. Explicit inverse CDF for rows still pending: weights over the padded candidate list (or a
+   dense row of P when the list is a quarter of P or more) in log space (max subtracted, so
+   eps up to 1e6 neither overflows nor yields NaN), level decided by which masks are
+   non-empty. The early stop reads only finished rounds (a stopping time), so it does not
+   change any row's law.
 A mixture of two draws from the same law is that law, so the output is exactly EM on S_i.
 """
 
@@ -31,13 +41,20 @@ import numpy as np
 from udfs.space import LocationSpace
 
 _CHUNK_ELEMS = 1 << 20  # padded elements per explicit chunk (bounds temporaries to ~30 MB)
+_BIT_CHUNK = 1 << 16  # rows per bitset-rejection chunk (bounds (rows, words) temporaries)
+_BITSET_MAX_BYTES = 256 << 20  # skip bitsets (fall back to lists) for spaces this large
+_POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
+_SEL8 = np.array([[[j for j in range(8) if (b >> j) & 1][k] if k < _POP8[b] else 0
+                   for k in range(8)] for b in range(256)], np.int64)
+_SHIFTS = np.arange(0, 64, 8, dtype=np.uint64)
 
 
 @dataclass
 class Domains:
     """Per-row domain description (all arrays of length B; see module docstring).
 
-    region_anchor / region_radius: None for base = P. prev_* / next_*: sector constraints from
+    region_anchor / region_radius: None for base = P (region_size: |region| per row if the
+    caller already knows it, see :func:`region_sizes`). prev_* / next_*: sector constraints from
     the previous / next perturbed pivot: pivot loc id, perturbed sector d and presence flag.
     k = 12 // g, so ``sector_g(pv, r) == sector12[pv, r] // k``.
     """
@@ -50,7 +67,9 @@ class Domains:
     next_pivot: np.ndarray | None = None
     next_sector: np.ndarray | None = None
     has_next: np.ndarray | None = None
-    k: int = 1
+    k: int | np.ndarray = 1  # 12 // g: scalar, or one per row (rows may differ in g)
+    region_size: np.ndarray | None = None  # optional cache of |region| (else computed)
+    region_id: np.ndarray | None = None  # optional: rows with equal id share one region
 
 
 def _take(d: Domains, rows: np.ndarray) -> Domains:
@@ -59,7 +78,8 @@ def _take(d: Domains, rows: np.ndarray) -> Domains:
 
     return Domains(
         t(d.region_anchor), t(d.region_radius), t(d.prev_pivot), t(d.prev_sector),
-        t(d.has_prev), t(d.next_pivot), t(d.next_sector), t(d.has_next), d.k,
+        t(d.has_prev), t(d.next_pivot), t(d.next_sector), t(d.has_next),
+        d.k[rows] if isinstance(d.k, np.ndarray) else d.k, t(d.region_size), t(d.region_id),
     )
 
 
@@ -72,7 +92,8 @@ def _lists(space: LocationSpace, true: np.ndarray, d: Domains, use_next: bool):
     size = np.full(b, space.n, np.int64)
     if d.region_anchor is not None:
         key = d.region_anchor.copy()
-        size = region_sizes(space, d.region_anchor, d.region_radius)
+        size = (d.region_size.astype(np.int64, copy=True) if d.region_size is not None
+                else region_sizes(space, d.region_anchor, d.region_radius))
     cons = [(d.prev_pivot, d.prev_sector, d.has_prev)]
     if use_next:
         cons.append((d.next_pivot, d.next_sector, d.has_next))
@@ -97,7 +118,165 @@ def region_sizes(space: LocationSpace, anchor, radius) -> np.ndarray:
 
 
 def _gather(space, mat, key, pos):
+    if mat.ndim == 1:  # rejection stage: gather each row from its own matrix only
+        out = space.order[key, pos].astype(np.int64)
+        s = np.flatnonzero(mat)
+        if s.size:
+            out[s] = space.sector_order[key[s], pos[s]]
+        return out
     return np.where(mat == 0, space.order[key, pos], space.sector_order[key, pos]).astype(np.int64)
+
+
+def sector_bits(space: LocationSpace, g: int) -> np.ndarray | None:
+    """(|P| g + 1, W) uint64: row p g + d has bit q (word q // 64, bit q % 64) set iff
+    ``sector_g(p -> q) == d``; the last row is all of P (the "no constraint" row).
+    W = ceil(|P| / 64). Built once per g and cached on the space (|P| = 3,042: 14 MB at
+    g = 12). None when it would exceed ``_BITSET_MAX_BYTES``.
+    """
+    n = space.n
+    w = (n + 63) // 64
+    if n * g * w * 8 > _BITSET_MAX_BYTES:
+        return None
+
+    def build():
+        k = 12 // g
+        out = np.zeros((n, g, w), np.uint64)
+        buf = np.zeros((min(n, 512), w * 8), np.uint8)
+        for s in range(0, n, 512):
+            e = min(n, s + 512)
+            sec = space.sector12[s:e] // k
+            for d in range(g):
+                packed = np.packbits(sec == d, axis=1, bitorder="little")
+                buf[: e - s, : packed.shape[1]] = packed
+                out[s:e, d] = buf[: e - s].view("<u8")  # little-endian words: bit q of word q//64
+        return np.concatenate([out.reshape(n * g, w), _full_words(n)[None, :]])
+
+    return space.cached(("sector_bits", g), build)
+
+
+def _select_flat(xf, pcf, cumf, target) -> np.ndarray:
+    """For global ranks ``target`` into the concatenated bitsets xf (flat words, popcounts pcf,
+    inclusive cumsum cumf): (global word index, bit index within the word) of that set bit."""
+    gw = np.searchsorted(cumf, target, side="right")  # first word whose cumsum exceeds target
+    kk = target - (cumf[gw] - pcf[gw])  # rank within the word
+    by = ((xf[gw][:, None] >> _SHIFTS) & np.uint64(0xFF)).astype(np.intp)  # (rows, 8) bytes
+    bpc = _POP8[by]
+    bcum = np.cumsum(bpc, axis=1)
+    bi = (bcum <= kk[:, None]).sum(1)
+    ar = np.arange(target.size)
+    kb = kk - (bcum[ar, bi] - bpc[ar, bi])
+    return gw, bi * 8 + _SEL8[by[ar, bi], kb]
+
+
+def _region_ok(space, d: Domains, rows, r) -> np.ndarray:
+    if d.region_anchor is None:
+        return np.ones(r.shape, bool)
+    a = d.region_anchor[rows]
+    return (space.dist[a, r] <= d.region_radius[rows]) | (r == a)
+
+
+def _full_words(n: int) -> np.ndarray:
+    """(W,) uint64 bitset of all of P (bits >= n cleared)."""
+    w = np.zeros((n + 63) // 64 * 8, np.uint8)
+    w[: (n + 7) // 8] = np.packbits(np.ones(n, bool), bitorder="little")
+    return w.view("<u8")
+
+
+def _f32_floor(x: np.ndarray) -> np.ndarray:
+    """Largest float32 <= x (float64): for float32 d, ``d <= x`` iff ``d <= _f32_floor(x)``,
+    so region tests can compare the float32 distance rows without widening them."""
+    f = np.asarray(x, dtype=np.float64).astype(np.float32)
+    over = f.astype(np.float64) > x
+    return np.where(over, np.nextafter(f, np.float32(-np.inf)), f)
+
+
+def region_bits(space: LocationSpace, d: Domains, rows: np.ndarray):
+    """Region bitsets: (words (U + 1, W), per-row index into them). Rows whose region holds
+    under 90% of P get the exact bitset of {q : D[a, q] <= R} ∪ {a}, built once per distinct
+    ``region_id``; other rows (base = P, big regions, no ids) index the last row, all of P
+    (a superset of their base: their region is then checked on acceptance).
+    """
+    n = space.n
+    full = _full_words(n)
+    idx = np.zeros(rows.size, np.int64)
+    if d.region_anchor is None or d.region_id is None or d.region_size is None:
+        return full[None, :], idx
+    small = np.flatnonzero(10 * d.region_size[rows] < 9 * n)
+    ids, first, inv = np.unique(d.region_id[rows[small]], return_index=True, return_inverse=True)
+    src = rows[small[first]]
+    words = np.empty((ids.size + 1, full.size), np.uint64)
+    words[-1] = full
+    buf = np.zeros((min(1024, max(1, ids.size)), full.size * 8), np.uint8)
+    for s in range(0, ids.size, 1024):
+        r = src[s:s + 1024]
+        inside = space.dist[d.region_anchor[r]] <= _f32_floor(d.region_radius[r])[:, None]
+        inside[np.arange(r.size), d.region_anchor[r]] = True
+        packed = np.packbits(inside, axis=1, bitorder="little")
+        buf[: r.size, : packed.shape[1]] = packed
+        words[s:s + r.size] = buf[: r.size].view("<u8")
+    idx[:] = ids.size
+    idx[small] = inv.ravel()
+    return words, idx
+
+
+def _bitset_stage(space, true, c, rng, d: Domains, bits, rows, out, tries):
+    """Rejection for ``rows`` (each with at least one sector constraint) with proposals uniform
+    over a bitset superset of the row's target level, chosen by exact emptiness tests:
+
+        B  = region bitset (exact for regions under 90% of P, else all of P; :func:`region_bits`)
+        S0 = B ∩ sector(prev)? ∩ sector(next)?   -> level 0 if S0 has a bit
+        S1 = B ∩ sector(prev)  (prev present)    -> level 1 if S0 is empty and S1 has a bit
+        S2 = B                                   -> level 2 otherwise
+    Each S is a superset of its level (equal when B is exact) and an empty S proves the level
+    empty, so the target is the first non-empty level exactly whenever B is exact; where B is
+    a superset the acceptance test (region and E >= c D[true, r]) keeps the accepted law EM on
+    the target level, and a row whose level is in fact empty never accepts and goes on to the
+    explicit stage. Returns the rows still pending.
+    """
+    pending_all = []
+    g = (bits.shape[0] - 1) // space.n
+    none = bits.shape[0] - 1  # the all-of-P row
+    for s in range(0, rows.size, _BIT_CHUNK):
+        sel = rows[s:s + _BIT_CHUNK]
+        rwords, ridx = region_bits(space, d, sel)  # per chunk: bounded memory
+        base = rwords[ridx]
+        hp, hn = d.has_prev[sel], d.has_next[sel]
+        prev = bits[np.where(hp, d.prev_pivot[sel] * g + d.prev_sector[sel], none)]
+        x = base & prev
+        x &= bits[np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none)]
+        pc = np.bitwise_count(x)
+        tot = pc.sum(axis=1, dtype=np.int64)
+        lv1 = np.flatnonzero((tot == 0) & hp)
+        if lv1.size:
+            x[lv1] = base[lv1] & prev[lv1]
+            pc[lv1] = np.bitwise_count(x[lv1])
+            tot[lv1] = pc[lv1].sum(axis=1, dtype=np.int64)
+        lv2 = np.flatnonzero(tot == 0)
+        if lv2.size:
+            x[lv2] = base[lv2]
+            pc[lv2] = np.bitwise_count(x[lv2])
+            tot[lv2] = pc[lv2].sum(axis=1, dtype=np.int64)
+        w = x.shape[1]
+        xf, pcf = x.ravel(), pc.ravel().astype(np.int64)
+        cumf = np.cumsum(pcf)
+        start = np.cumsum(tot) - tot  # global rank of each row's first set bit
+        idx = np.arange(sel.size)  # positions into the chunk
+        for _ in range(tries):
+            if idx.size == 0:
+                break
+            k = np.minimum((rng.random(idx.size) * tot[idx]).astype(np.int64), tot[idx] - 1)
+            gw, bit = _select_flat(xf, pcf, cumf, start[idx] + k)
+            r = (gw - idx * w) * 64 + bit
+            e = rng.standard_exponential(idx.size)
+            rw = sel[idx]
+            ok = _region_ok(space, d, rw, r) & (
+                c[rw] * space.dist[true[rw], r].astype(np.float64) <= e)
+            out[rw[ok]] = r[ok]
+            idx = idx[~ok]
+            if _give_up(ok):
+                break
+        pending_all.append(sel[idx])
+    return np.concatenate(pending_all)
 
 
 def _member(space, d: Domains, r, level: int):
@@ -108,12 +287,14 @@ def _member(space, d: Domains, r, level: int):
         ok &= (space.dist[a, r] <= rad) | (r == a)
     if level <= 1 and d.prev_pivot is not None:
         sh = d.prev_pivot.shape + (1,) * (r.ndim - 1)
+        k = d.k.reshape(sh) if isinstance(d.k, np.ndarray) else d.k
         ok &= ~d.has_prev.reshape(sh) | (
-            space.sector12[d.prev_pivot.reshape(sh), r] // d.k == d.prev_sector.reshape(sh))
+            space.sector12[d.prev_pivot.reshape(sh), r] // k == d.prev_sector.reshape(sh))
     if level == 0 and d.next_pivot is not None:
         sh = d.next_pivot.shape + (1,) * (r.ndim - 1)
+        k = d.k.reshape(sh) if isinstance(d.k, np.ndarray) else d.k
         ok &= ~d.has_next.reshape(sh) | (
-            space.sector12[d.next_pivot.reshape(sh), r] // d.k == d.next_sector.reshape(sh))
+            space.sector12[d.next_pivot.reshape(sh), r] // k == d.next_sector.reshape(sh))
     return ok
 
 
@@ -121,35 +302,76 @@ def em_sample(space: LocationSpace, true, c, rng: np.random.Generator,
               domains: Domains | None = None, tries: int = 24) -> np.ndarray:
     """Draw one EM output per row: Pr[r] ∝ exp(-c * D[true, r]) on the row's domain.
 
-    ``c`` = epsilon_step / (2 * Delta_u) (scalar). Returns int64 location ids.
+    ``c`` = epsilon_step / (2 * Delta_u): a scalar or one per row (rows of different budgets
+    may share one call). Returns int64 location ids.
     """
     true = np.asarray(true, dtype=np.int64)
+    c = np.broadcast_to(np.asarray(c, dtype=np.float64), true.shape)
     d = domains if domains is not None else Domains()
     out = np.full(true.shape, -1, np.int64)
     if true.size == 0:
         return out
-    mat, key, start, size = _lists(space, true, d, use_next=True)
     pending = np.arange(true.size)
-    for _ in range(tries):
-        if pending.size == 0:
-            return out
-        j = np.minimum((rng.random(pending.size) * size[pending]).astype(np.int64),
-                       size[pending] - 1)
-        r = _gather(space, mat[pending], key[pending], start[pending] + j)
-        e = rng.standard_exponential(pending.size)
-        dp = _take(d, pending)
-        ok = _member(space, dp, r, 0) & (c * space.dist[true[pending], r].astype(np.float64) <= e)
-        out[pending[ok]] = r[ok]
-        pending = pending[~ok]
+    explicit: list[np.ndarray] = []
+    if d.prev_pivot is not None and d.next_pivot is not None:
+        cons = np.flatnonzero(d.has_prev | d.has_next)
+        kr = np.broadcast_to(np.asarray(d.k, dtype=np.int64), true.shape)
+        ks = np.flatnonzero(np.bincount(kr[cons], minlength=13))  # distinct k = 12 // g
+        groups = [(cons[kr[cons] == k], sector_bits(space, 12 // int(k))) for k in ks]
+        if cons.size and all(bits is not None for _, bits in groups):
+            for rows_k, bits in groups:
+                explicit.append(_bitset_stage(space, true, c, rng, d, bits, rows_k, out, tries))
+            rest = np.ones(true.size, bool)
+            rest[cons] = False
+            pending = np.flatnonzero(rest)
+    if pending.size:
+        explicit.append(_list_stage(space, true, c, rng, _take(d, pending), pending, out, tries))
+    pending = np.sort(np.concatenate(explicit)) if explicit else pending
     if pending.size:
         _explicit(space, true, c, rng, d, pending, out)
     return out
+
+
+def _list_stage(space, true, c, rng, dp: Domains, rows, out, tries) -> np.ndarray:
+    """Rejection for ``rows`` (``dp`` = their domains) with a uniform proposal over the smallest
+    superset list; returns the rows still pending (global indices)."""
+    mat, key, start, size = _lists(space, true[rows], dp, use_next=True)
+    loc = np.arange(rows.size)  # pending positions into rows / dp
+    for _ in range(tries):
+        if loc.size == 0:
+            break
+        j = np.minimum((rng.random(loc.size) * size[loc]).astype(np.int64), size[loc] - 1)
+        r = _gather(space, mat[loc], key[loc], start[loc] + j)
+        e = rng.standard_exponential(loc.size)
+        ok = _member(space, _take(dp, loc), r, 0) & (
+            c[rows[loc]] * space.dist[true[rows[loc]], r].astype(np.float64) <= e)
+        out[rows[loc[ok]]] = r[ok]
+        loc = loc[~ok]
+        if _give_up(ok):
+            break
+    return rows[loc]
+
+
+def _give_up(ok: np.ndarray) -> bool:
+    """Stop rejecting when the last round accepted under 1/16 of its rows (those rows' domains
+    are mostly empty or tiny: the explicit stage is cheaper for them). The rule reads only
+    finished rounds (a stopping time), so each row's output is still either an accepted draw
+    (EM law) or an explicit draw (EM law): exactness is unaffected."""
+    return ok.size > 0 and 16 * int(ok.sum()) < ok.size
 
 
 def _explicit(space, true, c, rng, d: Domains, rows, out) -> None:
     """Inverse-CDF draws for ``rows`` over padded candidate lists with the fallback chain."""
     dp = _take(d, rows)
     mat, key, start, size = _lists(space, true[rows], dp, use_next=False)
+    wide = 4 * size > space.n  # a quarter of P or more: dense rows of P beat padded gathers
+    if wide.any():
+        _explicit_dense(space, true, c, rng, _take(dp, np.flatnonzero(wide)), rows[wide], out)
+        keep = np.flatnonzero(~wide)
+        rows, dp, mat, key, start, size = (rows[keep], _take(dp, keep), mat[keep], key[keep],
+                                           start[keep], size[keep])
+        if rows.size == 0:
+            return
     # chunks of rows whose widths differ by < 2x (power-of-two buckets), so padding wastes < half
     bucket = np.ceil(np.log2(np.maximum(size, 1))).astype(np.int64)
     need_base = []
@@ -179,17 +401,56 @@ def _explicit(space, true, c, rng, d: Domains, rows, out) -> None:
         done = has0 | use1
         need_base.append(sel[~done])
         if done.any():
-            r = _inverse_cdf(space, true[rows[sel[done]]], c, cand[done], mask[done], rng)
+            rr = rows[sel[done]]
+            r = _inverse_cdf(space, true[rr], c[rr], cand[done], mask[done], rng)
             out[rows[sel[done]]] = r
     rest = np.concatenate(need_base) if need_base else np.empty(0, np.int64)
     if rest.size:
         # Level 2: the base set alone (P, or the region). Candidates: the base list itself.
-        base = Domains(region_anchor=d.region_anchor, region_radius=d.region_radius)
+        base = Domains(region_anchor=d.region_anchor, region_radius=d.region_radius,
+                       region_size=d.region_size)
         _explicit(space, true, c, rng, base, rows[rest], out)
 
 
+def _explicit_dense(space, true, c, rng, dp: Domains, rows, out) -> None:
+    """Inverse-CDF draws for ``rows`` (domains ``dp``) over all of P: each level of the
+    fallback chain is a dense boolean row built from contiguous rows of ``dist`` and
+    ``sector12`` (same sets as :func:`_member`)."""
+    n = space.n
+    step = max(1, _CHUNK_ELEMS // n)
+    for s in range(0, rows.size, step):
+        loc = np.arange(s, min(rows.size, s + step))
+        ds = _take(dp, loc)
+        m = loc.size
+        if ds.region_anchor is not None:
+            base = space.dist[ds.region_anchor] <= ds.region_radius[:, None]
+            base[np.arange(m), ds.region_anchor] = True
+        else:
+            base = np.ones((m, n), bool)
+        k = np.broadcast_to(np.asarray(ds.k, dtype=np.int64), (m,))[:, None]
+        m1 = base
+        if ds.prev_pivot is not None:
+            m1 = base & ((space.sector12[ds.prev_pivot] // k == ds.prev_sector[:, None])
+                         | ~ds.has_prev[:, None])
+        m0 = m1
+        if ds.next_pivot is not None:
+            m0 = m1 & ((space.sector12[ds.next_pivot] // k == ds.next_sector[:, None])
+                       | ~ds.has_next[:, None])
+        hp = ds.has_prev if ds.has_prev is not None else np.zeros(m, bool)
+        use0 = m0.any(1)
+        use1 = ~use0 & hp & m1.any(1)  # level 1 only with a previous pivot
+        mask = np.where(use0[:, None], m0, np.where(use1[:, None], m1, base))
+        rr = rows[loc]
+        logw = -c[rr][:, None] * space.dist[true[rr]].astype(np.float64)
+        logw = np.where(mask, logw, -np.inf)
+        logw -= logw.max(axis=1, keepdims=True)
+        cum = np.cumsum(np.exp(logw), axis=1)
+        u = rng.random(m) * cum[:, -1]
+        out[rr] = np.argmax(cum > u[:, None], axis=1)
+
+
 def _inverse_cdf(space, true, c, cand, mask, rng) -> np.ndarray:
-    logw = -c * space.dist[true[:, None], cand].astype(np.float64)
+    logw = -c[:, None] * space.dist[true[:, None], cand].astype(np.float64)
     logw = np.where(mask, logw, -np.inf)
     logw -= logw.max(axis=1, keepdims=True)
     cum = np.cumsum(np.exp(logw), axis=1)

@@ -187,6 +187,8 @@ def row_count_le(space: LocationSpace, rows: np.ndarray, radius: np.ndarray) -> 
     """For each i, #{q : dist[rows[i], q] <= radius[i]} by binary search over ``order`` rows."""
     rows = np.asarray(rows, dtype=np.int64)
     radius = np.asarray(radius, dtype=np.float64)
+    if rows.size * space.n <= (1 << 16):  # small batch: one comparison pass beats the search
+        return np.count_nonzero(space.dist[rows] <= radius[:, None], axis=1).astype(np.int64)
     lo = np.zeros(rows.shape, dtype=np.int64)  # invariant: answer in [lo, hi]
     hi = np.full(rows.shape, space.n, dtype=np.int64)
     for _ in range(max(1, math.ceil(math.log2(space.n + 1)) + 1)):

@@ -13,8 +13,8 @@ import numpy as np
 from udfs.budget import BudgetRecord, Step, check_epsilon, split
 from udfs.errors import InvalidParameterError
 from udfs.granularity import CANDIDATES, choose_granularity
-from udfs.mechanisms.krr import KRR
-from udfs.sampling import Domains, em_sample
+from udfs.mechanisms.krr import KRR, krr_perturb
+from udfs.sampling import Domains, em_sample, region_sizes
 from udfs.space import LocationSpace
 
 COPIES = (("A", 1), ("B", 0))  # copy A: pivots at odd positions; copy B: pivots at even ones
@@ -40,57 +40,135 @@ def resolve_granularity(granularity, eps_dir: float) -> int:
 def perturb_copy(space: LocationSpace, traj: np.ndarray, parity: int, eps_point: float,
                  eps_dir: float, g: int, rng: np.random.Generator,
                  region: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """One copy of TP step 2 for a length group (N, n); returns the copy's (N, n) output.
-
-    Pivots (positions with index % 2 == parity) are EM over the base set (P, or the ATP region
-    (anchor, radius) per row) with eps_point; each non-pivot's direction from every neighbouring
-    perturbed pivot is k-RR over g absolute compass sectors with eps_dir; the non-pivot is EM over
-    base ∩ perturbed sectors (fallbacks in `udfs.sampling`) with eps_point.
-    """
+    """One copy of TP step 2 for a length group (N, n): :func:`perturb_copy_batch` with every
+    row of length n and the same budgets."""
     n_rows, n = traj.shape
-    c = eps_point / (2.0 * space.diameter) if space.diameter > 0 else 0.0
-    out = np.empty_like(traj)
-    piv = np.arange(parity, n, 2)
-    non = np.setdiff1d(np.arange(n), piv)
+    full = np.full(n_rows, 1.0)
+    return perturb_copy_batch(space, traj, np.full(n_rows, n), parity, eps_point * full,
+                              eps_dir * full, np.full(n_rows, g), rng, region)
 
-    def base_for(k: int) -> Domains:
+
+def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray, parity: int,
+                       eps_point: np.ndarray, eps_dir: np.ndarray, g: np.ndarray,
+                       rng: np.random.Generator,
+                       region: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """One copy of TP step 2 for N trajectories of any lengths; returns the copy's (N, L) output.
+
+    ``traj`` is (N, L) with row i valid in its first ``lens[i]`` positions (the rest is padding
+    and comes back as padding); eps_point, eps_dir and g are per row (functions of the row's
+    length). Pivots (positions with index % 2 == parity) are EM over the base set (P, or the ATP
+    region (anchor, radius) per row) with eps_point; each non-pivot's direction from every
+    neighbouring perturbed pivot is k-RR over g absolute compass sectors with eps_dir; the
+    non-pivot is EM over base ∩ perturbed sectors (fallbacks in `udfs.sampling`) with eps_point.
+    """
+    lens = np.asarray(lens, dtype=np.int64)
+    pos = np.arange(traj.shape[1])
+    valid = pos[None, :] < lens[:, None]
+    c_row = eps_point / (2.0 * space.diameter) if space.diameter > 0 else 0.0 * eps_point
+    out = traj.copy()
+    sizes = None if region is None else region_sizes(space, region[0], region[1])
+
+    def base_for(rows: np.ndarray) -> Domains:
         if region is None:
             return Domains()
-        return Domains(region_anchor=np.repeat(region[0], k), region_radius=np.repeat(region[1], k))
+        return Domains(region_anchor=region[0][rows], region_radius=region[1][rows],
+                       region_size=sizes[rows], region_id=rows)
 
-    if piv.size:  # row-major (trajectory, pivot) order
-        dp = base_for(piv.size)
-        out[:, piv] = em_sample(space, traj[:, piv].ravel(), c, rng, dp).reshape(n_rows, piv.size)
-    if non.size == 0:
+    pr, pc = np.nonzero(valid & (pos % 2 == parity)[None, :])  # row-major (trajectory, pos)
+    if pr.size:
+        out[pr, pc] = em_sample(space, traj[pr, pc], c_row[pr], rng, base_for(pr))
+    nr, nc = np.nonzero(valid & (pos % 2 != parity)[None, :])
+    if nr.size == 0:
         return out
-    m = non.size
-    true = traj[:, non].ravel()
-    has_prev = np.tile(non - 1 >= 0, n_rows)
-    has_next = np.tile(non + 1 < n, n_rows)
-    prev_pos = np.tile(np.maximum(non - 1, 0), n_rows)
-    next_pos = np.tile(np.minimum(non + 1, n - 1), n_rows)
-    rows = np.repeat(np.arange(n_rows), m)
-    prev_piv = np.where(has_prev, out[rows, prev_pos], 0)
-    next_piv = np.where(has_next, out[rows, next_pos], 0)
-    k = 12 // g
-    krr = KRR(g, eps_dir) if (has_prev.any() or has_next.any()) else None
+    true = traj[nr, nc]
+    has_prev = nc >= 1
+    has_next = nc + 1 < lens[nr]
+    prev_piv = np.where(has_prev, out[nr, np.maximum(nc - 1, 0)], 0)
+    next_piv = np.where(has_next, out[nr, np.minimum(nc + 1, traj.shape[1] - 1)], 0)
+    gk = g[nr].astype(np.int64)
+    k = 12 // gk
     prev_sec = np.zeros(true.size, np.int64)
     next_sec = np.zeros(true.size, np.int64)
-    if krr is not None:
+    if has_prev.any() or has_next.any():
         # direction from the PERTURBED pivot to the TRUE point, absolute sectors, then k-RR
+        # (p_true = KRR(g, eps_dir).p_true, evaluated once per length: g and eps_dir are
+        # functions of the row's length, so the floats are exactly KRR's)
+        uniq, inv = length_index(lens)
+        first = np.zeros(uniq.size, np.int64)
+        first[inv[::-1]] = np.arange(lens.size)[::-1]
+        p_true = np.array([KRR(int(g[i]), float(eps_dir[i])).p_true if eps_dir[i] > 0 else 1.0
+                           for i in first])[inv[nr]]
         s_prev = space.sector12[prev_piv, true].astype(np.int64) // k
         s_next = space.sector12[next_piv, true].astype(np.int64) // k
-        prev_sec = np.where(has_prev, krr.perturb(s_prev, rng=rng), 0)
-        next_sec = np.where(has_next, krr.perturb(s_next, rng=rng), 0)
-    d = base_for(m)
+        prev_sec = np.where(has_prev, krr_perturb(s_prev, gk, p_true, rng), 0)
+        next_sec = np.where(has_next, krr_perturb(s_next, gk, p_true, rng), 0)
+    d = base_for(nr)
     d.prev_pivot, d.prev_sector, d.has_prev = prev_piv, prev_sec, has_prev
     d.next_pivot, d.next_sector, d.has_next = next_piv, next_sec, has_next
     d.k = k
-    out[:, non] = em_sample(space, true, c, rng, d).reshape(n_rows, m)
+    out[nr, nc] = em_sample(space, true, c_row[nr], rng, d)
     return out
 
 
 COMBINERS = ("eq7", "midpoint")
+SINGLE_POINT = ("one_copy", "two_copies")
+
+
+def check_single_point(rule) -> str:
+    if rule not in SINGLE_POINT:
+        raise InvalidParameterError(
+            f"single_point={rule!r} is not one of {SINGLE_POINT}; 'one_copy' (default) spends the "
+            "whole epsilon on one EM draw over P, 'two_copies' is DESIGN.md's two eps/2 copies")
+    return rule
+
+
+def single_point_record(name: str, epsilon: float) -> BudgetRecord:
+    """Budget of a length-1 trajectory under the 'one_copy' rule: one EM release of epsilon."""
+    (pt,) = split(epsilon, [(1, 1.0)])
+    return BudgetRecord(name, 1, (Step("-", "point", 0, pt),))
+
+
+def length_index(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct lengths ascending, index of each row's length in them): np.unique for small
+    non-negative ints without a sort."""
+    lens = np.asarray(lens, dtype=np.int64)
+    uniq = np.flatnonzero(np.bincount(lens))
+    lut = np.zeros(uniq[-1] + 1 if uniq.size else 1, np.int64)
+    lut[uniq] = np.arange(uniq.size)
+    return uniq, lut[lens]
+
+
+def per_length(lens: np.ndarray, fn) -> list[np.ndarray]:
+    """Per-row arrays of ``fn(n)`` (a tuple of numbers), evaluated once per distinct length."""
+    uniq, inv = length_index(lens)
+    vals = np.array([fn(int(n)) for n in uniq], dtype=np.float64).reshape(uniq.size, -1)
+    return list(vals[inv].T)
+
+
+def split_single(mech, traj: np.ndarray, lens, rng: np.random.Generator):
+    """Perturb the length-1 rows under the 'one_copy' rule (first, in input order) and return
+    (out, indices of the other rows, their trajectories, their lengths)."""
+    lens = np.asarray(lens, dtype=np.int64)
+    out = np.array(traj, dtype=np.int64, copy=True)
+    one = lens == 1 if mech.single_point == "one_copy" else np.zeros(lens.shape, bool)
+    if one.any():
+        out[one, :1] = single_point_perturb(mech.space, traj[one, :1], mech.epsilon_total, rng)
+    rest = np.flatnonzero(~one)
+    return out, rest, traj[rest], lens[rest]
+
+
+def single_point_perturb(space: LocationSpace, traj: np.ndarray, epsilon: float,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Length-1 rows (N, 1) under the 'one_copy' rule: EM over P with the whole epsilon.
+
+    Deviation from DESIGN.md (which runs two eps/2 copies and combines them): with one point
+    there are no directions and (for ATP) the anchor is the point itself, so two copies only
+    halve the budget of the one release that matters; Eq. 7 then picks one of the two draws.
+    One EM draw at eps is eps-LDP on its own (PROOF.md section 2a) and measured better.
+    """
+    (pt,) = split(epsilon, [(1, 1.0)])
+    c = pt / (2.0 * space.diameter) if space.diameter > 0 else 0.0
+    return em_sample(space, traj[:, 0], c, rng).reshape(traj.shape)
 
 
 def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "eq7") -> np.ndarray:
@@ -99,7 +177,10 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "eq7"
     "eq7": argmin over P of D[p, a] + D[p, b]; its minimum D[a, b] is attained at a and b
         (triangle inequality), ties broken by the lower location id -> the lower of a and b.
     "midpoint": the location of P nearest to the great-circle midpoint of a and b (falls back to
-        eq7 for antipodal pairs). Measured better on CHI/CPS (bench/reproduce_ldp.py).
+        eq7 for antipodal pairs). Not the default: on bench/reproduce_ldp.py (5 reps) it lowers
+        NE at every epsilon on CHI and CPS and raises PRQ on CPS, but lowers PRQ on CHI at every
+        delta and epsilon (e.g. PRQ@1km at eps 4: 0.080 vs 0.099), so it is not "measured
+        better" across NE and PRQ as DESIGN.md asks of a non-Eq. 7 combiner.
     """
     if how == "eq7":
         return np.minimum(a, b)
@@ -128,12 +209,17 @@ class TP:
         length n over P, every output's probability differs by at most e^eps (the length is
         public, as the output has length n).
     Budget: two copies, eps/2 each; per copy a share r_dir (default 3/4) evenly over its n-1
-        directions (k-RR), the rest evenly over its n points (EM); n = 1: the point gets eps/2.
-        Sequential composition over 2(2n-1) steps = eps (Theorem 4.1); combining is free.
+        directions (k-RR), the rest evenly over its n points (EM). Sequential composition over
+        2(2n-1) steps = eps (Theorem 4.1); combining is free. n = 1 (``single_point``):
+        "one_copy" (default; a deviation from DESIGN.md, PROOF.md 2a) = one EM draw over P with
+        the whole eps; "two_copies" = DESIGN's two copies whose point gets eps/2 each.
     Citations: Zhang et al., "Trajectory data collection with local differential privacy"
         (TP/ATP paper), Theorem 4.1; McSherry-Talwar 2007 (EM); Kairouz et al. 2014 (k-RR).
-    Runtime: O(n) table look-ups per trajectory when EM mass is spread; restricted domains are
-        sector slices (O(|P|/g)) only for rows whose rejection stage fails; vectorised.
+    Runtime: one vectorised pass over all trajectories of a call (any lengths, padded).
+        Non-pivots propose uniformly from bitsets region ∩ sector(prev) ∩ sector(next)
+        (O(|P|/64) words per row; empty levels of the fallback chain are detected in the same
+        pass); pivots are O(1) expected table look-ups; rows whose rejection stage fails use
+        an explicit inverse CDF over the smallest candidate list. bench/bench_ldp.py.
     Utility: non-pivots are drawn from a direction-restricted domain; granularity by Eq. 8.
     """
 
@@ -142,10 +228,12 @@ class TP:
     r_dir: float = 0.75
     granularity: str | int = "auto"
     combiner: str = "eq7"
+    single_point: str = "one_copy"
 
     def __post_init__(self):
         object.__setattr__(self, "epsilon_total", check_epsilon(self.epsilon_total))
         check_combiner(self.combiner)
+        check_single_point(self.single_point)
         r = self.r_dir
         if not (isinstance(r, int | float) and 0.0 < float(r) < 1.0):
             raise InvalidParameterError(f"r_dir={r!r} must be a float in (0, 1), e.g. 0.75")
@@ -163,6 +251,8 @@ class TP:
         return pt, dr
 
     def record(self, n: int) -> BudgetRecord:
+        if n == 1 and self.single_point == "one_copy":
+            return single_point_record(self.name, self.epsilon_total)
         pt, dr = self.copy_budget(n)
         steps = []
         for name, parity in COPIES:
@@ -177,8 +267,20 @@ class TP:
         return max(self.record(n).spent for n in range(1, 17))
 
     def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        n = traj.shape[1]
-        pt, dr = self.copy_budget(n)
-        g = resolve_granularity(self.granularity, dr)
-        a, b = (perturb_copy(self.space, traj, parity, pt, dr, g, rng) for _, parity in COPIES)
-        return combine(a, b, self.space, self.combiner)
+        """(N, n) trajectories of one length -> (N, n) outputs."""
+        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
+
+    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+
+        def params(n):
+            pt, dr = self.copy_budget(n)
+            return pt, dr, resolve_granularity(self.granularity, dr)
+
+        out, rest, t, lens = split_single(self, traj, lens, rng)
+        if rest.size:
+            pt, dr, g = per_length(lens, params)
+            a, b = (perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, rng)
+                    for _, parity in COPIES)
+            out[rest] = combine(a, b, self.space, self.combiner)
+        return out

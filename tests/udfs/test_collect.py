@@ -16,8 +16,10 @@ MAX_LEN = 8
 @pytest.mark.parametrize("mech", ["tp", "atp", "exp"])
 @pytest.mark.parametrize("eps", [0.1, 1.0, 3.7, 10.0])
 def test_budget_spent_exactly_epsilon_every_length(grid_space, mech, eps):
+    # DESIGN.md's n = 1 rule (two eps/2 copies); the default one-copy rule is tested below
+    opts = {"single_point": "two_copies"} if mech in ("tp", "atp") else {}
     trajs = [np.arange(n) for n in range(1, MAX_LEN + 1)]
-    _, recs = perturb(trajs, grid_space, eps, mech, 0, return_budget=True)
+    _, recs = perturb(trajs, grid_space, eps, mech, 0, return_budget=True, **opts)
     for n, rec in zip(range(1, MAX_LEN + 1), recs, strict=True):
         assert rec.length == n
         assert rec.spent <= eps and rec.spent == pytest.approx(eps, rel=1e-12)
@@ -36,7 +38,8 @@ def test_tp_budget_split_values(grid_space):
     d = [s.epsilon for s in rec.steps if s.kind == "direction"]
     p = [s.epsilon for s in rec.steps if s.kind == "point"]
     assert d[0] == pytest.approx(1.0 * 0.75 / 3) and p[0] == pytest.approx(1.0 * 0.25 / 4)
-    _, (r1,) = perturb([np.arange(1)], grid_space, 2.0, "tp", 0, return_budget=True)
+    _, (r1,) = perturb([np.arange(1)], grid_space, 2.0, "tp", 0, return_budget=True,
+                       single_point="two_copies")
     assert [s.epsilon for s in r1.steps] == [1.0, 1.0]  # n = 1: each copy's point gets eps/2
 
 
@@ -105,3 +108,34 @@ def test_fixed_granularity_and_rdir(grid_space):
     assert len(out[0]) == 5
     with pytest.raises(InvalidParameterError, match="r_dir"):
         perturb([np.arange(5)], grid_space, 3.0, "tp", 0, r_dir=1.5)
+
+
+@pytest.mark.parametrize("mech", ["tp", "atp"])
+@pytest.mark.parametrize("eps", [0.1, 1.0, 3.7, 10.0])
+def test_default_single_point_rule_budget(grid_space, mech, eps):
+    """Default n = 1 rule ("one_copy", PROOF.md 2a): one EM release spending the whole eps;
+    longer trajectories keep DESIGN's two copies and still spend exactly eps."""
+    trajs = [np.arange(n) for n in range(1, MAX_LEN + 1)]
+    _, recs = perturb(trajs, grid_space, eps, mech, 0, return_budget=True)
+    r1 = recs[0]
+    assert [(s.copy, s.kind, s.epsilon) for s in r1.steps] == [("-", "point", eps)]
+    for n, rec in zip(range(1, MAX_LEN + 1), recs, strict=True):
+        assert rec.spent <= eps and rec.spent == pytest.approx(eps, rel=1e-12)
+        if n > 1:
+            assert sum(s.kind == "point" for s in rec.steps) == 2 * n
+
+
+@pytest.mark.parametrize("mech", ["tp", "atp"])
+def test_single_point_one_copy_is_exactly_em_over_p(grid_space, mech):
+    """Length-1 output law under the default rule = EM over P at the whole eps (chi-square GOF,
+    false-failure rate 1e-4 at a fixed seed); and the DESIGN rule stays selectable."""
+    from stats_util import gof_pvalue
+
+    from udfs.mechanisms import ExponentialMechanism
+
+    n, eps = 100_000, 6.0
+    out = perturb([np.array([14])] * n, grid_space, eps, mech, 3)
+    counts = np.bincount(np.concatenate(out), minlength=grid_space.n)
+    assert gof_pvalue(counts, ExponentialMechanism(grid_space, eps).probabilities(14)) > 1e-4
+    with pytest.raises(InvalidParameterError, match="single_point"):
+        perturb([np.array([1])], grid_space, 1.0, mech, 0, single_point="three")

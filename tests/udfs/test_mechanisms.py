@@ -175,3 +175,76 @@ def test_primitives_reject_bad_epsilon(bad, grid_space):
                  lambda: ExponentialMechanism(grid_space, bad)):
         with pytest.raises(InvalidParameterError, match="epsilon"):
             make()
+
+
+def _oracle_probs(sp, true, c, anchor, radius, pp, ps, np_, ns, k):
+    """Exact EM law on the DESIGN fallback chain, by brute force over P (independent oracle)."""
+    base = np.ones(sp.n, bool) if anchor is None else (sp.dist[anchor] <= radius)
+    if anchor is not None:
+        base[anchor] = True
+    prev = sp.sector12[pp] // k == ps
+    nxt = sp.sector12[np_] // k == ns
+    for dom in (base & prev & nxt, base & prev, base):
+        if dom.any():
+            break
+    logw = np.where(dom, -c * sp.dist[true].astype(float), -np.inf)
+    p = np.exp(logw - logw.max())
+    return p / p.sum(), dom
+
+
+@pytest.mark.parametrize("with_ids", [False, True])
+@pytest.mark.parametrize("case", ["both_no_region", "region_kills_level0", "bits_empty_region",
+                                  "next_only", "prev_only"])
+def test_em_bitset_path_matches_oracle(case, with_ids):
+    """The bitset rejection path (both sector constraints; proposals uniform over
+    sector(prev) ∩ sector(next)) and its hand-off to level 1 / the explicit stage draw exactly
+    the EM law of the fallback chain. 200 random points so words span several uint64s.
+    with_ids: rows carry region ids and sizes, so small regions use exact region bitsets
+    (`sampling.region_bits`) and the level is decided exactly in the bitset stage."""
+    from udfs.space import LocationSpace
+
+    rng = np.random.default_rng(11)
+    sp = LocationSpace.from_latlon(41.8 + 0.2 * rng.random(200), -87.7 + 0.2 * rng.random(200))
+    true, c, k = 5, 6.0 / (2 * sp.diameter), 3  # g = 4 quadrants
+    anchor, radius = None, None
+    pp, np_ = 17, 42
+    ps = int(sp.sector12[pp, true] // k)
+    ns = int(sp.sector12[np_, true] // k)
+    if case == "region_kills_level0":
+        # a region holding prev-sector points but none of X = prev ∩ next: level 1 applies
+        ps = 2  # from pivot 17: 68 points, 38 of them in sector 2 from pivot 42
+        prev = sp.sector12[pp] // k == ps
+        ns = next(s for s in range(4) if (prev & (sp.sector12[np_] // k == s)).any()
+                  and (prev & (sp.sector12[np_] // k != s)).sum() > 20)
+        x = prev & (sp.sector12[np_] // k == ns)
+        cand = np.flatnonzero(prev & ~x)
+        gap = sp.dist[np.ix_(cand, np.flatnonzero(x))].min(1) * 0.999  # ball misses X
+        inside = ((sp.dist[cand] <= gap[:, None]) & prev).sum(1)
+        anchor, radius = int(cand[inside.argmax()]), float(gap[inside.argmax()])
+    elif case == "bits_empty_region":
+        anchor, radius = true, float(np.median(sp.dist[true]))
+        ns = (int(sp.sector12[np_, pp] // k) + 2) % 4  # pick a next sector disjoint from prev
+        while ((sp.sector12[pp] // k == ps) & (sp.sector12[np_] // k == ns)).any():
+            ns = (ns + 1) % 4
+    elif case in ("next_only", "prev_only"):  # one constraint, small region around the truth
+        anchor, radius = true, float(np.quantile(sp.dist[true], 0.2))
+    has_prev, has_next = case != "next_only", case != "prev_only"
+    if not has_prev:  # an absent side: repeat the present constraint (same fallback chain)
+        p, dom = _oracle_probs(sp, true, c, anchor, radius, np_, ns, np_, ns, k)
+    elif not has_next:
+        p, dom = _oracle_probs(sp, true, c, anchor, radius, pp, ps, pp, ps, k)
+    else:
+        p, dom = _oracle_probs(sp, true, c, anchor, radius, pp, ps, np_, ns, k)
+    assert dom.sum() >= 2
+    n = 100_000
+    d = Domains(prev_pivot=np.full(n, pp), prev_sector=np.full(n, ps),
+                has_prev=np.full(n, has_prev), next_pivot=np.full(n, np_),
+                next_sector=np.full(n, ns), has_next=np.full(n, has_next), k=k)
+    if anchor is not None:
+        d.region_anchor, d.region_radius = np.full(n, anchor), np.full(n, radius)
+        if with_ids:
+            d.region_size = np.full(n, int((sp.dist[anchor] <= radius).sum()))
+            d.region_id = np.arange(n) % 7
+    out = em_sample(sp, np.full(n, true), c, np.random.default_rng(12), d)
+    assert dom[out].all()
+    assert gof_pvalue(np.bincount(out, minlength=sp.n), p) > ALPHA

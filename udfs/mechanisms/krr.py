@@ -59,6 +59,14 @@ class KRR:
         x = np.asarray(x, dtype=np.int64)
         if self.k == 1:
             return np.zeros_like(x)
-        keep = rng.random(x.shape) < self.p_true
-        other = (x + 1 + rng.integers(0, self.k - 1, size=x.shape)) % self.k
-        return np.where(keep, x, other)
+        return krr_perturb(x, self.k, self.p_true, rng)
+
+
+def krr_perturb(x, k, p_true, rng: np.random.Generator) -> np.ndarray:
+    """k-RR draws for values x with per-element k >= 2 and keep probability p_true (= the
+    ``KRR(k, eps).p_true`` of each element; scalars broadcast): keep w.p. p_true, else a
+    uniform other value (x + 1 + U{0..k-2}) mod k. `KRR.perturb` is this with scalar k."""
+    x = np.asarray(x, dtype=np.int64)
+    keep = rng.random(x.shape) < p_true
+    other = (x + 1 + rng.integers(0, np.asarray(k) - 1, size=x.shape)) % k
+    return np.where(keep, x, other)
