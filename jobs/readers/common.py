@@ -1,0 +1,283 @@
+"""What every reader shares: the quarantine vocabulary, line splitting and field checks. No pyspark.
+
+A reader turns the bytes of one input file into a *parsed frame*: exactly one row per input
+record (header lines and blank lines are not records), with the typed fields of the record and a
+`reason` that is None for a record that passed every check so far, else one word of `Reason`.
+Later steps (location mapping, duplicate detection) only ever fill more reasons, never drop rows,
+so `records read = accepted + quarantined` holds by construction and is tested per source.
+
+Row shape (PARSED_COLUMNS): source, line, record, user_id, ts, end_ts, lat, lon, given_loc, reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import pandas as pd
+
+
+class Reason(StrEnum):
+    """The fixed vocabulary of quarantine reasons (column `reason` of trajpriv_raw.quarantine)."""
+
+    UNPARSABLE_LINE = "unparsable_line"
+    TRUNCATED_LINE = "truncated_line"
+    NON_UTF8 = "non_utf8"
+    MISSING_COORDINATE = "missing_coordinate"  # empty, NaN or infinite latitude/longitude
+    COORDINATE_OUT_OF_RANGE = "coordinate_out_of_range"  # |lat| > 90 or |lon| > 180
+    NULL_ISLAND = "null_island"  # exactly (0, 0): a GPS fix that never happened
+    UNPARSABLE_TIMESTAMP = "unparsable_timestamp"
+    OUTSIDE_WINDOW = "outside_window"
+    TOO_FAR = "too_far"  # farther than max_distance_km from every location
+    UNKNOWN_LOCATION = "unknown_location"  # a location id that is not in the location set
+    DUPLICATE = "duplicate"  # same user, timestamp and location as an earlier record
+
+
+REASONS: tuple[str, ...] = tuple(r.value for r in Reason)
+
+PARSED_COLUMNS: tuple[str, ...] = (
+    "source",
+    "line",
+    "record",
+    "user_id",
+    "ts",
+    "end_ts",
+    "lat",
+    "lon",
+    "given_loc",
+    "reason",
+)
+
+_NAN_TOKENS = frozenset(
+    {
+        "",
+        "nan",
+        "+nan",
+        "-nan",
+        "inf",
+        "+inf",
+        "-inf",
+        "infinity",
+        "-infinity",
+        "+infinity",
+        "null",
+        "none",
+        "na",
+        "n/a",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The configured ingestion window [start, end] in whole days (either side may be open)."""
+
+    start: dt.date | None = None
+    end: dt.date | None = None
+
+    def outside(self, ts: pd.Series) -> np.ndarray:
+        out = np.zeros(len(ts), dtype=bool)
+        if self.start is not None:
+            out |= (ts < pd.Timestamp(self.start)).to_numpy()
+        if self.end is not None:
+            out |= (ts >= pd.Timestamp(self.end) + pd.Timedelta(days=1)).to_numpy()
+        return out
+
+
+@dataclass(frozen=True)
+class Lines:
+    """The non-blank lines of one file after its header: text, 1-based line number, flags."""
+
+    text: pd.Series  # str
+    line: np.ndarray  # int64, 1-based
+    non_utf8: np.ndarray  # bool
+    unterminated: np.ndarray  # bool: the file's last line without a newline (maybe cut short)
+    header: list[str]  # the header lines that were skipped
+
+
+def split_lines(content: bytes, *, skip: int = 0) -> Lines:
+    """Split `content` into lines, skip `skip` header lines and blank lines, flag bad UTF-8.
+
+    The whole file is decoded at once when it is valid UTF-8 (the fast path); otherwise each
+    line is decoded on its own and the broken ones keep their bytes as `\\xNN` escapes.
+    """
+    raw = content.split(b"\n")
+    terminated_last = content.endswith(b"\n")
+    if terminated_last:
+        raw = raw[:-1]
+    try:
+        text = content.decode("utf-8")
+        lines = text.split("\n")
+        if terminated_last:
+            lines = lines[:-1]
+        bad = np.zeros(len(lines), dtype=bool)
+    except UnicodeDecodeError:
+        lines, flags = [], []
+        for chunk in raw:
+            try:
+                lines.append(chunk.decode("utf-8"))
+                flags.append(False)
+            except UnicodeDecodeError:
+                lines.append(chunk.decode("utf-8", errors="backslashreplace"))
+                flags.append(True)
+        bad = np.asarray(flags, dtype=bool)
+    text_s = pd.Series(lines, dtype=object).str.rstrip("\r")
+    number = np.arange(1, len(lines) + 1, dtype=np.int64)
+    header = text_s.iloc[:skip].tolist()
+    keep = (number > skip) & (text_s.str.strip() != "").to_numpy()
+    unterminated = np.zeros(len(lines), dtype=bool)
+    if len(lines) and not terminated_last:
+        unterminated[-1] = True
+    return Lines(
+        text=text_s[keep].reset_index(drop=True),
+        line=number[keep],
+        non_utf8=bad[keep],
+        unterminated=unterminated[keep],
+        header=header,
+    )
+
+
+def split_fields(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """Fields 0..n_fields-1 of each line (None/'' where missing) and the field count per line.
+
+    Fast path: pandas' C CSV parser over the joined lines when no line has surplus fields or a
+    stray carriage return (so rows stay aligned with lines); otherwise `str.split`.
+    """
+    n = len(text)
+    if n == 0:
+        empty = pd.DataFrame({c: pd.Series([], dtype=object) for c in range(n_fields)})
+        return empty, np.zeros(0, dtype=np.int64)
+    joined = "\n".join(text.tolist())
+    raw = np.frombuffer(joined.encode("utf-8"), dtype=np.uint8)
+    ends = np.r_[np.flatnonzero(raw == 10), len(raw)]  # where each line ends
+    before = np.searchsorted(np.flatnonzero(raw == ord(sep)), ends)  # separators before it
+    count = np.diff(np.r_[0, before]) + 1
+    if count.max() <= n_fields and not (raw == 13).any() and sep != "\n":
+        fields = pd.read_csv(
+            io.StringIO(joined),
+            sep=sep,
+            header=None,
+            names=list(range(n_fields)),
+            dtype=str,
+            na_filter=False,
+            skip_blank_lines=False,
+            quoting=csv.QUOTE_NONE,
+            engine="c",
+        )
+        if len(fields) == n:
+            return fields, count
+    fields = text.str.split(sep, n=n_fields - 1, expand=True)
+    for col in range(n_fields):
+        if col not in fields.columns:
+            fields[col] = None
+    return fields[list(range(n_fields))], count
+
+
+def parse_float(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(values, garbage): NaN for blank/NaN/inf tokens; `garbage` marks text that is no number."""
+    text = text.fillna("").astype(object)
+    values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+    garbage = np.zeros(len(values), dtype=bool)
+    nan = np.flatnonzero(np.isnan(values))
+    if len(nan):
+        words = text.iloc[nan].astype(str).str.strip().str.lower()
+        garbage[nan] = ~words.isin(_NAN_TOKENS).to_numpy()
+    return values, garbage
+
+
+def parse_datetime(text: pd.Series) -> pd.Series:
+    """ISO-8601-like timestamps ('2014-06-01 08:10:00', '...T...'); NaT where unparsable."""
+    text = text.fillna("").astype(object)
+    ts = pd.Series(pd.to_datetime(text, format="ISO8601", errors="coerce"), index=text.index)
+    retry = ts.isna() & (text != "")
+    if retry.any():  # surrounding blanks are allowed; only the few failures pay for strip()
+        ts[retry] = pd.to_datetime(
+            text[retry].astype(str).str.strip(), format="ISO8601", errors="coerce"
+        )
+    return ts
+
+
+def parsed_frame(
+    *,
+    source: str,
+    line: np.ndarray,
+    record: pd.Series,
+    user_id: pd.Series,
+    ts: pd.Series,
+    lat: np.ndarray,
+    lon: np.ndarray,
+    reason: pd.Series,
+    end_ts: pd.Series | None = None,
+    given_loc: pd.Series | None = None,
+) -> pd.DataFrame:
+    """Assemble a parsed frame with PARSED_COLUMNS and canonical dtypes."""
+    n = len(record)
+    idx = pd.RangeIndex(n)
+    frame = pd.DataFrame(
+        {
+            "source": pd.Series([source] * n, index=idx, dtype=object),
+            "line": pd.Series(np.asarray(line, dtype=np.int64), index=idx),
+            "record": pd.Series(record.to_numpy(dtype=object), index=idx),
+            "user_id": pd.Series(user_id.to_numpy(dtype=object), index=idx),
+            "ts": pd.Series(_micros(ts), index=idx),
+            "end_ts": pd.Series(
+                _micros(end_ts)
+                if end_ts is not None
+                else np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]"),
+                index=idx,
+            ),
+            "lat": pd.Series(np.asarray(lat, dtype=np.float64), index=idx),
+            "lon": pd.Series(np.asarray(lon, dtype=np.float64), index=idx),
+            "given_loc": pd.Series(
+                given_loc.to_numpy(dtype=object) if given_loc is not None else [None] * n,
+                index=idx,
+                dtype=object,
+            ),
+            "reason": pd.Series(reason.to_numpy(dtype=object), index=idx, dtype=object),
+        }
+    )
+    return frame
+
+
+def _micros(ts: pd.Series) -> np.ndarray:
+    """Timestamps floored to microseconds (Spark's precision), as datetime64[ns]."""
+    return pd.Series(pd.to_datetime(ts)).dt.floor("us").to_numpy(dtype="datetime64[ns]")
+
+
+def first_reason(n: int, checks: list[tuple[np.ndarray, str]]) -> pd.Series:
+    """The first failing check's reason per row (None if all pass); checks in priority order."""
+    reason = np.full(n, None, dtype=object)
+    for mask, word in checks:
+        fill = np.asarray(mask, dtype=bool) & pd.isna(reason)
+        reason[fill] = word
+    return pd.Series(reason, dtype=object)
+
+
+def coordinate_checks(lat: np.ndarray, lon: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """Missing/non-finite, out of range, (0, 0): in this priority order."""
+    with np.errstate(invalid="ignore"):
+        missing = ~(np.isfinite(lat) & np.isfinite(lon))
+        out_of_range = ~missing & ((np.abs(lat) > 90) | (np.abs(lon) > 180))
+        null_island = (lat == 0) & (lon == 0)
+    return [
+        (missing, Reason.MISSING_COORDINATE.value),
+        (out_of_range, Reason.COORDINATE_OUT_OF_RANGE.value),
+        (null_island, Reason.NULL_ISLAND.value),
+    ]
+
+
+def timestamp_checks(ts: pd.Series, window: Window) -> list[tuple[np.ndarray, str]]:
+    nat = ts.isna().to_numpy()
+    return [
+        (nat, Reason.UNPARSABLE_TIMESTAMP.value),
+        (~nat & window.outside(ts), Reason.OUTSIDE_WINDOW.value),
+    ]
+
+
+def normalise_name(name: str) -> str:
+    """Header names compared without case, spaces, `_` or `-` ('User ID' == 'user_id')."""
+    return "".join(ch for ch in name.strip().lower() if ch.isalnum())

@@ -1,0 +1,227 @@
+"""Shape accepted points into trajectories and 48-slot days (DESIGN.md section 5). No pyspark.
+
+Pure, vectorised pandas/numpy kernels (no Python loop per row): the same functions run on a
+whole small dataset in a unit test and on one hash bucket of users inside Spark's applyInPandas.
+
+Rules, per user-day (the calendar day of the timestamp as written, UTC for Geolife/Telecom):
+1. order the points by time (or by input order, `order="file"`, for sources whose row order is
+   the path, e.g. CPS);
+2. consecutive records at the same location merge into one *stay* (its time = the first
+   record's, its end = the latest start/end of its records);
+3. a new trajectory starts where the next stay begins more than `gap_hours` after the previous
+   stay ended;
+4. each trajectory is cut into pieces of at most `max_len` stays; `traj_id` numbers the pieces
+   of a user-day 0, 1, 2, ... in time order.
+Slot days: slot s covers [s*30 min, (s+1)*30 min) of the day; a slot takes the location seen
+most often in it (ties: the one seen last); empty slots are forward-filled, then leading empty
+slots back-filled from the first observed slot.
+
+Row shapes: points (user_id, ts, [end_ts], loc_id, [source, line]) ->
+trajectories (user_id, date, traj_id, loc_ids list[int], ts list[datetime64], n) and
+slot days (user_id, date, slots list[int] of length 48).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from udfs.errors import InvalidParameterError
+
+SLOTS_PER_DAY = 48
+SLOT = pd.Timedelta(minutes=30)
+
+TRAJECTORY_COLUMNS = ("user_id", "date", "traj_id", "loc_ids", "ts", "n")
+SLOT_DAY_COLUMNS = ("user_id", "date", "slots")
+
+
+def with_dates(points: pd.DataFrame) -> pd.DataFrame:
+    """A copy with `date` (midnight of the point's day, datetime64[ns])."""
+    out = points.copy()
+    out["date"] = out["ts"].dt.normalize()
+    return out
+
+
+def mark_duplicates(points: pd.DataFrame) -> np.ndarray:
+    """True for a record with the same user, timestamp and location as an earlier one (in input
+    order: source, then line). The first occurrence is kept."""
+    keys = ["user_id", "ts", "loc_id"]
+    order = [c for c in ("source", "line") if c in points.columns]
+    ranked = points.sort_values(order, kind="stable") if order else points
+    dup = ranked.duplicated(subset=keys, keep="first")
+    return dup.reindex(points.index).to_numpy(dtype=bool)
+
+
+def _sorted(points: pd.DataFrame, order: str) -> pd.DataFrame:
+    if order not in ("time", "file"):
+        raise InvalidParameterError(f"order must be 'time' or 'file', got {order!r}")
+    tie = [c for c in ("source", "line") if c in points.columns]
+    keys = ["user_id", "date", "ts", *tie] if order == "time" else ["user_id", "date", *tie, "ts"]
+    return points.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def build_trajectories(
+    points: pd.DataFrame, *, max_len: int = 8, gap_hours: float = 3.0, order: str = "time"
+) -> pd.DataFrame:
+    """Trajectories of accepted points (rules 1-4 of the module docstring)."""
+    if max_len < 1:
+        raise InvalidParameterError(f"max_len must be at least 1, got {max_len}")
+    if not gap_hours > 0:
+        raise InvalidParameterError(f"gap_hours must be positive, got {gap_hours}")
+    if points.empty:
+        return _empty_trajectories()
+    p = _sorted(with_dates(points) if "date" not in points.columns else points, order)
+    user = p["user_id"].to_numpy(dtype=object)
+    day = p["date"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    loc = p["loc_id"].to_numpy(dtype=np.int64)
+    ts = p["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    end = ts
+    if "end_ts" in p.columns:
+        end_raw = p["end_ts"].to_numpy(dtype="datetime64[ns]")
+        end = np.where(np.isnat(end_raw), ts, np.maximum(end_raw.astype(np.int64), ts))
+
+    # Stays: runs of the same location within a user-day.
+    new_day = np.r_[True, (user[1:] != user[:-1]) | (day[1:] != day[:-1])]
+    new_stay = new_day | np.r_[True, loc[1:] != loc[:-1]]
+    starts = np.flatnonzero(new_stay)
+    stay_loc, stay_ts = loc[starts], ts[starts]
+    stay_end = np.maximum.reduceat(end, starts)
+    stay_new_day = new_day[starts]
+
+    # Segments: a new one per user-day and after a gap of more than gap_hours.
+    gap_ns = int(round(gap_hours * 3600 * 1e9))
+    gap = np.r_[False, (stay_ts[1:] - stay_end[:-1]) > gap_ns]
+    new_seg = stay_new_day | gap
+    seg_id = np.cumsum(new_seg) - 1
+    seg_start = np.flatnonzero(new_seg)
+    pos = np.arange(len(starts)) - seg_start[seg_id]
+    new_piece = new_seg | (pos % max_len == 0)
+    piece_start = np.flatnonzero(new_piece)
+
+    # traj_id: ordinal of the piece within its user-day.
+    day_of_stay = np.cumsum(stay_new_day) - 1
+    piece_day = day_of_stay[piece_start]
+    first_of_day = np.r_[True, piece_day[1:] != piece_day[:-1]]
+    day_first_idx = np.flatnonzero(first_of_day)
+    traj_id = np.arange(len(piece_start)) - day_first_idx[np.cumsum(first_of_day) - 1]
+
+    offsets = np.r_[piece_start, len(starts)]
+    loc_lists = list_column(offsets, stay_loc.astype(np.int32))
+    ts_lists = list_column(offsets, stay_ts.astype("datetime64[ns]"))
+    row_of_piece = starts[piece_start]
+    return pd.DataFrame(
+        {
+            "user_id": user[row_of_piece],
+            "date": p["date"].to_numpy()[row_of_piece],
+            "traj_id": traj_id.astype(np.int32),
+            "loc_ids": loc_lists,
+            "ts": ts_lists,
+            "n": np.diff(np.r_[piece_start, len(starts)]).astype(np.int32),
+        }
+    )
+
+
+def list_column(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Object array of numpy arrays values[offsets[i]:offsets[i+1]], built by Arrow in C++
+    (np.split costs a Python call per list: seconds for a million trajectories)."""
+    import pyarrow as pa
+
+    lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+    return lists.to_pandas().to_numpy(dtype=object)
+
+
+def _empty_trajectories() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "user_id": pd.Series([], dtype=object),
+            "date": pd.Series([], dtype="datetime64[ns]"),
+            "traj_id": pd.Series([], dtype=np.int32),
+            "loc_ids": pd.Series([], dtype=object),
+            "ts": pd.Series([], dtype=object),
+            "n": pd.Series([], dtype=np.int32),
+        }
+    )
+
+
+def build_slot_days(points: pd.DataFrame) -> pd.DataFrame:
+    """48-slot days of accepted points (mode per slot, forward- then back-filled)."""
+    if points.empty:
+        return pd.DataFrame(
+            {
+                "user_id": pd.Series([], dtype=object),
+                "date": pd.Series([], dtype="datetime64[ns]"),
+                "slots": pd.Series([], dtype=object),
+            }
+        )
+    p = with_dates(points) if "date" not in points.columns else points
+    slot = ((p["ts"] - p["date"]) // SLOT).clip(0, SLOTS_PER_DAY - 1).astype(np.int64)
+    frame = pd.DataFrame(
+        {
+            "user_id": p["user_id"].to_numpy(dtype=object),
+            "date": p["date"].to_numpy(),
+            "slot": slot.to_numpy(),
+            "loc_id": p["loc_id"].to_numpy(dtype=np.int64),
+            "ts": p["ts"].to_numpy(),
+        }
+    )
+    counts = (
+        frame.groupby(["user_id", "date", "slot", "loc_id"], sort=False)
+        .agg(hits=("ts", "size"), last=("ts", "max"))
+        .reset_index()
+    )
+    best = counts.sort_values(
+        ["user_id", "date", "slot", "hits", "last"],
+        ascending=[True, True, True, False, False],
+        kind="stable",
+    ).drop_duplicates(["user_id", "date", "slot"], keep="first")
+    days = best[["user_id", "date"]].drop_duplicates().reset_index(drop=True)
+    day_idx = pd.MultiIndex.from_frame(days).get_indexer(
+        pd.MultiIndex.from_frame(best[["user_id", "date"]])
+    )
+    grid = np.full((len(days), SLOTS_PER_DAY), -1, dtype=np.int64)
+    grid[day_idx, best["slot"].to_numpy()] = best["loc_id"].to_numpy()
+    return pd.DataFrame(
+        {
+            "user_id": days["user_id"].to_numpy(dtype=object),
+            "date": days["date"].to_numpy(),
+            "slots": list(fill_slots(grid).astype(np.int32)),
+        }
+    )
+
+
+def fill_slots(grid: np.ndarray) -> np.ndarray:
+    """Forward-fill -1 entries along each row, then back-fill the leading ones."""
+    cols = np.arange(grid.shape[1])
+    seen = np.where(grid >= 0, cols, -1)
+    last = np.maximum.accumulate(seen, axis=1)
+    rows = np.arange(grid.shape[0])[:, None]
+    filled = np.where(last >= 0, grid[rows, np.maximum(last, 0)], -1)
+    first = np.argmax(grid >= 0, axis=1)
+    lead = filled < 0
+    filled[lead] = np.broadcast_to(grid[np.arange(grid.shape[0]), first][:, None], grid.shape)[lead]
+    return filled
+
+
+def points_from_slot_days(
+    slot_days: pd.DataFrame, lat: np.ndarray, lon: np.ndarray, loc_index: np.ndarray
+) -> pd.DataFrame:
+    """One point per slot (ts = slot start) of 48-slot days; lat/lon from the location set
+    (`loc_index` maps loc_id -> row of lat/lon). Used for the 48-slot Geolife format."""
+    n = len(slot_days)
+    slots = np.stack(slot_days["slots"].to_numpy()) if n else np.zeros((0, SLOTS_PER_DAY), int)
+    dates = slot_days["date"].to_numpy(dtype="datetime64[ns]")
+    ts = np.repeat(dates, SLOTS_PER_DAY) + np.tile(
+        np.arange(SLOTS_PER_DAY) * SLOT.to_timedelta64(), n
+    )
+    flat = slots.reshape(-1).astype(np.int64)
+    rows = loc_index[flat] if n else np.zeros(0, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "user_id": np.repeat(slot_days["user_id"].to_numpy(dtype=object), SLOTS_PER_DAY),
+            "ts": ts,
+            "lat": lat[rows],
+            "lon": lon[rows],
+            "loc_id": flat,
+            "date": np.repeat(dates, SLOTS_PER_DAY),
+        }
+    )

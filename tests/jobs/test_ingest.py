@@ -1,0 +1,240 @@
+"""`trajpriv ingest` on Spark: the five tables, the invariant, reruns and bad input."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jobs import ingest
+from jobs.config import IngestConfig
+from jobs.locmap import load_locations
+from jobs.readers.pipeline import ingest_local
+from jobs.stage import execute
+from udfs.errors import InputDataError
+
+pytestmark = pytest.mark.spark
+
+HEADER = "user,start,end,lat,lon,loc_id\n"
+STATIONS = "loc_id,lat,lon\n10,31.20,121.40\n11,31.23,121.47\n12,31.30,121.50\n"
+
+
+def _telecom_files(folder: Path) -> list[Path]:
+    (folder / "records").mkdir(parents=True)
+    (folder / "stations.csv").write_text(STATIONS)
+    day = [
+        "1,2014-06-01 08:00:00,2014-06-01 08:05:00,31.2001,121.4001,10",
+        "1,2014-06-01 08:30:00,2014-06-01 08:35:00,31.2301,121.4702,11",
+        "1,2014-06-01 08:40:00,,31.2301,121.4702,11",
+        "1,2014-06-01 15:00:00,,31.3001,121.5001,",
+        "2,2014-06-02 09:00:00,,31.2001,121.4001,10",
+        "2,2014-06-02 09:00:00,,31.2001,121.4001,10",  # duplicate
+        "2,2014-06-02 10:00:00,,45.0,121.4,",  # too far
+        "3,2014-06-02 10:00:00,,nan,121.4,",  # missing coordinate
+        "3,bad time,,31.2,121.4,",  # unparsable timestamp
+        "3,2014-06-03 10:00:00,,0,0,",  # null island
+    ]
+    a = folder / "records" / "part-00000.csv"
+    b = folder / "records" / "part-00001.csv"
+    a.write_text(HEADER + "\n".join(day[:5]) + "\n")
+    b.write_bytes((HEADER + "\n".join(day[5:]) + "\n4,2014-06-0").encode() + b"\n5,\xff\n")
+    return [a, b]
+
+
+def _cfg(spark_config, dataset: str, **ingest_fields):
+    return spark_config.model_copy(
+        update={"dataset": dataset, "ingest": IngestConfig(**ingest_fields)}
+    )
+
+
+def _run(spark, cfg):
+    return execute("ingest", ingest.run, cfg, argparse.Namespace(), spark)
+
+
+def _rows(spark, table: str, dataset: str) -> pd.DataFrame:
+    return spark.sql(f"SELECT * FROM {table} WHERE dataset = '{dataset}'").toPandas()
+
+
+def test_telecom_tables_invariant_and_rerun(spark, spark_config):
+    landing = spark_config.storage.landing / "tele"
+    files = _telecom_files(landing)
+    cfg = _cfg(spark_config, "tele", source="telecom", max_distance_km=0.5, buckets=2)
+    figures = _run(spark, cfg)
+    n_lines = sum(len([ln for ln in f.read_bytes().split(b"\n")[1:] if ln.strip()]) for f in files)
+    assert figures["records_read"] == n_lines == 12
+    assert figures["records_accepted"] + figures["records_quarantined"] == n_lines
+    assert figures["quarantined_by_reason"] == {
+        "duplicate": 1,
+        "missing_coordinate": 1,
+        "non_utf8": 1,
+        "null_island": 1,
+        "too_far": 1,
+        "truncated_line": 1,
+        "unparsable_timestamp": 1,
+    }
+
+    # The Spark job equals the pandas pipeline on the same files (same kernels, other adapter).
+    oracle, _ = ingest_local(
+        files, ingest.reader_options(cfg.ingest), load_locations(landing / "stations.csv")
+    )
+    points = _rows(spark, "trajpriv_raw.points", "tele")
+    assert len(points) == len(oracle["points"]) == 5
+    assert sorted(points["loc_id"]) == sorted(oracle["points"]["loc_id"])
+    traj = _rows(spark, "trajpriv_raw.trajectories", "tele").sort_values(["user_id", "traj_id"])
+    # user 1: 10 -> 11 (merged stay 08:30-08:40), then 12 at 15:00 is > 3 h later: split.
+    assert [list(x) for x in traj["loc_ids"]] == [[10, 11], [12], [10]]
+    assert str(traj["date"].iloc[0]) == "2014-06-01"
+    slots = _rows(spark, "trajpriv_raw.slot_days", "tele")
+    assert len(slots) == 2 and all(len(s) == 48 for s in slots["slots"])
+    q = _rows(spark, "trajpriv_raw.quarantine", "tele")
+    assert len(q) == 7
+    assert q["source"].str.contains(r"part-00001\.csv:\d+$").all()
+    assert set(_rows(spark, "trajpriv_pub.locations", "tele")["loc_id"]) == {10, 11, 12}
+
+    again = _run(spark, cfg)  # a rerun replaces, never appends
+    assert again["records_read"] == 12
+    assert len(_rows(spark, "trajpriv_raw.points", "tele")) == 5
+
+    # Rerun from Parquet records with two valid rows: the dataset now holds exactly those.
+    pq_dir = landing / "parquet"
+    pq_dir.mkdir()
+    pd.DataFrame(
+        {
+            "user": [7, 7],
+            "start": pd.to_datetime(["2014-06-05 08:00", "2014-06-05 09:00"]),
+            "end": pd.to_datetime(["2014-06-05 08:10", "2014-06-05 09:10"]),
+            "lat": [31.2001, 31.3001],
+            "lon": [121.4001, 121.5001],
+            "loc_id": [10, 12],
+        }
+    ).to_parquet(pq_dir / "part-0.parquet", coerce_timestamps="us")
+    cfg = _cfg(spark_config, "tele", source="telecom", path=pq_dir, max_distance_km=0.5, buckets=2)
+    figures = _run(spark, cfg)
+    assert (figures["records_read"], figures["records_quarantined"]) == (2, 0)
+    points = _rows(spark, "trajpriv_raw.points", "tele")
+    assert sorted(points["loc_id"]) == [10, 12] and set(points["user_id"]) == {"7"}
+    assert _rows(spark, "trajpriv_raw.quarantine", "tele").empty
+    traj = _rows(spark, "trajpriv_raw.trajectories", "tele")
+    assert [list(x) for x in traj["loc_ids"]] == [[10, 12]]
+    assert list(traj["ts"].iloc[0]) == list(
+        pd.to_datetime(["2014-06-05 08:00", "2014-06-05 09:00"])
+    )
+
+
+def test_plt_folder_and_slots48(spark, spark_config, tmp_path):
+    for user in ("000", "001"):
+        folder = tmp_path / "plt" / user / "Trajectory"
+        folder.mkdir(parents=True)
+        lines = "".join(
+            f"40.{i:04d},116.3198,0,492,39745.09,2008-10-24,0{i // 60}:{i % 60:02d}:00\n"
+            for i in range(0, 300, 7)
+        )
+        (folder / "a.plt").write_text("h\nh\nh\nh\nh\nh\n" + lines + "40.01,116.3")
+    cfg = _cfg(spark_config, "plt_t", source="plt", path=tmp_path / "plt", buckets=2, grid_deg=0.01)
+    figures = _run(spark, cfg)
+    assert figures["records_read"] == 2 * (len(range(0, 300, 7)) + 1)
+    assert figures["quarantined_by_reason"] == {"truncated_line": 2}
+    locs = _rows(spark, "trajpriv_pub.locations", "plt_t")
+    assert set(locs["loc_id"]) == set(_rows(spark, "trajpriv_raw.points", "plt_t")["loc_id"])
+
+    slots = tmp_path / "s48"
+    slots.mkdir()
+    (slots / "gps").write_text("40.00 116.25\n40.01 116.25\n40.02 116.25\n")
+    (slots / "real.data").write_text(
+        " ".join(["0"] * 20 + ["1"] * 28) + "\n" + " ".join(["2"] * 48) + "\n1 2 3\n"
+    )
+    cfg = _cfg(
+        spark_config, "s48_t", source="slots48", path=slots, time_origin=dt.datetime(2008, 1, 1)
+    )
+    figures = _run(spark, cfg)
+    assert (figures["records_read"], figures["records_accepted"]) == (3, 2)
+    assert figures["slot_days"] == 2 and figures["points"] == 96
+    traj = _rows(spark, "trajpriv_raw.trajectories", "s48_t").sort_values("user_id")
+    assert [list(x) for x in traj["loc_ids"]] == [[0, 1], [2]]
+
+
+def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_path):
+    with pytest.raises(InputDataError, match="does not exist"):
+        _run(spark, _cfg(spark_config, "bad1", source="plt", path=tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "x.plt").write_bytes(b"")
+    with pytest.raises(InputDataError, match="empty"):
+        _run(spark, _cfg(spark_config, "bad2", source="plt", path=tmp_path / "empty"))
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "User ID,Latitude,Longitude,Timestamp,Location ID\n"
+        "1,nan,-87.6,2010-01-01 00:00:00,5\n2,0,0,2010-01-01 00:00:00,5\n"
+    )
+    with pytest.raises(
+        InputDataError,
+        match=r"bad\.csv line 2: missing_coordinate.*"
+        r"Nothing was written",
+    ):
+        _run(spark, _cfg(spark_config, "bad3", source="checkins", path=bad))
+    allbad = tmp_path / "allbad" / "u1" / "Trajectory"
+    allbad.mkdir(parents=True)
+    (allbad / "a.plt").write_text("h\nh\nh\nh\nh\nh\n0,0,0,1,1,2008-10-24,02:00:00\n40.0,116.3,0\n")
+    with pytest.raises(
+        InputDataError,
+        match=r"no record of 2 in .*allbad was accepted .*"
+        r"a\.plt line 7: null_island",
+    ):
+        _run(spark, _cfg(spark_config, "bad3", source="plt", path=tmp_path / "allbad"))
+    for table in ("trajpriv_raw.points", "trajpriv_raw.quarantine"):
+        if spark.catalog.tableExists(table):
+            assert _rows(spark, table, "bad3").empty
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "part-0.parquet").write_bytes(b"PAR1 this is not parquet")
+    (tmp_path / "st.csv").write_text(STATIONS)
+    with pytest.raises(InputDataError, match=r"part-0\.parquet: not a readable Parquet file"):
+        _run(
+            spark,
+            _cfg(
+                spark_config,
+                "bad6",
+                source="telecom",
+                path=corrupt,
+                locations_path=tmp_path / "st.csv",
+            ),
+        )
+    nohead = tmp_path / "nohead.csv"
+    nohead.write_text("a,b\n1,2\n")
+    with pytest.raises(InputDataError, match=r"nohead\.csv line 1: header .* lacks"):
+        _run(spark, _cfg(spark_config, "bad4", source="checkins", path=nohead))
+    with pytest.raises(InputDataError, match="need a location file"):
+        _run(spark, _cfg(spark_config, "bad5", source="telecom", path=nohead))
+
+
+@pytest.mark.slow
+def test_cli_reports_one_clear_line_and_exit_code(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        f"storage:\n  root: {tmp_path / 'root'}\ningest:\n  source: plt\n"
+        f"  path: {tmp_path / 'missing'}\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(
+        [str(bin_dir / "trajpriv"), "ingest", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert (
+        f"trajpriv ingest: error: input path {tmp_path / 'missing'} does not exist" in done.stderr
+    )
+    bad_conf = tmp_path / "bad.yaml"
+    bad_conf.write_text("ingest:\n  max_len: 0\n")
+    done = subprocess.run(
+        [str(bin_dir / "trajpriv"), "ingest", "--config", str(bad_conf)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "ingest.max_len" in done.stderr

@@ -1,0 +1,153 @@
+"""Trajectory and slot-day shaping against a plain-Python reference of DESIGN.md section 5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs import shaping
+from udfs.errors import InvalidParameterError
+
+T0 = pd.Timestamp("2014-06-01")
+
+
+def pts(rows):
+    """rows: (user, minutes after T0, loc[, end minutes])."""
+    frame = pd.DataFrame(
+        {
+            "user_id": [str(r[0]) for r in rows],
+            "ts": [T0 + pd.Timedelta(minutes=r[1]) for r in rows],
+            "loc_id": [r[2] for r in rows],
+            "end_ts": [T0 + pd.Timedelta(minutes=r[3]) if len(r) > 3 else pd.NaT for r in rows],
+        }
+    )
+    frame["line"] = np.arange(len(frame))
+    return frame
+
+
+def reference(points: pd.DataFrame, max_len: int, gap_hours: float) -> list[tuple]:
+    """Loop-per-record reference: (user, date, traj_id, loc tuple, ts tuple)."""
+    out = []
+    p = points.sort_values(["user_id", "ts", "line"])
+    for (user, day), grp in p.groupby([p["user_id"], p["ts"].dt.normalize()], sort=True):
+        stays = []  # [loc, start, end]
+        for rec in grp.itertuples():
+            end = rec.ts if pd.isna(rec.end_ts) else max(rec.ts, rec.end_ts)
+            if stays and stays[-1][0] == rec.loc_id:
+                stays[-1][2] = max(stays[-1][2], end)
+            else:
+                stays.append([rec.loc_id, rec.ts, end])
+        segments, current = [], []
+        for stay in stays:
+            if current and stay[1] - current[-1][2] > pd.Timedelta(hours=gap_hours):
+                segments.append(current)
+                current = []
+            current.append(stay)
+        segments.append(current)
+        k = 0
+        for seg in segments:
+            for i in range(0, len(seg), max_len):
+                piece = seg[i : i + max_len]
+                out.append((user, day, k, tuple(s[0] for s in piece), tuple(s[1] for s in piece)))
+                k += 1
+    return out
+
+
+def as_tuples(traj: pd.DataFrame) -> list[tuple]:
+    return [
+        (
+            r.user_id,
+            r.date,
+            r.traj_id,
+            tuple(int(x) for x in r.loc_ids),
+            tuple(pd.Timestamp(x) for x in r.ts),
+        )
+        for r in traj.sort_values(["user_id", "date", "traj_id"]).itertuples()
+    ]
+
+
+def test_merge_gap_and_cut_rules_by_hand():
+    rows = [
+        (1, 0, 5),
+        (1, 10, 5),
+        (1, 20, 6),
+        (1, 30, 6, 400),
+        (1, 400 + 170, 7),
+        (1, 400 + 170 + 181, 8),
+    ]
+    traj = shaping.build_trajectories(pts(rows), max_len=8, gap_hours=3)
+    # 5,5 merge; 6 (ends at 400 min) then 7 after 170 min (no split); 8 after 181 min (split).
+    assert [list(x) for x in traj["loc_ids"]] == [[5, 6, 7], [8]]
+    assert traj["traj_id"].tolist() == [0, 1]
+    assert traj["n"].tolist() == [3, 1]
+
+
+def test_cut_into_pieces_of_max_len():
+    rows = [(1, i, i % 5) for i in range(12)]
+    traj = shaping.build_trajectories(pts(rows), max_len=5, gap_hours=3)
+    assert traj["n"].tolist() == [5, 5, 2]
+    assert [list(x) for x in traj["loc_ids"]][0] == [0, 1, 2, 3, 4]
+
+
+def test_days_and_users_never_share_a_trajectory():
+    rows = [(1, 23 * 60 + 50, 1), (1, 24 * 60 + 5, 2), (2, 24 * 60 + 6, 2)]
+    traj = shaping.build_trajectories(pts(rows), max_len=8, gap_hours=3)
+    assert len(traj) == 3 and traj["traj_id"].tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("max_len,gap", [(1, 3.0), (3, 0.5), (8, 3.0)])
+def test_matches_reference_on_random_points(max_len, gap):
+    rng = np.random.default_rng(max_len)
+    n = 600
+    rows = [
+        (int(rng.integers(0, 6)), int(rng.integers(0, 3 * 1440)), int(rng.integers(0, 4)))
+        for _ in range(n)
+    ]
+    rows = [r + ((r[1] + int(rng.integers(0, 300))),) if rng.random() < 0.3 else r for r in rows]
+    points = pts(rows)
+    got = as_tuples(shaping.build_trajectories(points, max_len=max_len, gap_hours=gap))
+    assert got == reference(points, max_len, gap)
+
+
+def test_file_order_keeps_input_order():
+    rows = [(1, 0, 1), (1, 50, 2), (1, 30, 3)]
+    traj = shaping.build_trajectories(pts(rows), order="file")
+    assert list(traj["loc_ids"].iloc[0]) == [1, 2, 3]
+    traj = shaping.build_trajectories(pts(rows), order="time")
+    assert list(traj["loc_ids"].iloc[0]) == [1, 3, 2]
+
+
+def test_invalid_parameters_raise():
+    with pytest.raises(InvalidParameterError, match="max_len"):
+        shaping.build_trajectories(pts([(1, 0, 1)]), max_len=0)
+    with pytest.raises(InvalidParameterError, match="order"):
+        shaping.build_trajectories(pts([(1, 0, 1)]), order="random")
+
+
+def test_slot_days_mode_then_forward_and_back_fill():
+    # slot 3 (90-119 min): loc 7 twice, loc 8 once -> 7; slot 10: loc 9; rest filled.
+    rows = [(1, 95, 7), (1, 100, 8), (1, 110, 7), (1, 305, 9)]
+    days = shaping.build_slot_days(pts(rows))
+    slots = list(days["slots"].iloc[0])
+    assert len(slots) == 48
+    assert slots[:10] == [7] * 10  # back-filled slots 0-2, slot 3, forward-filled 4-9
+    assert slots[10:] == [9] * 38
+
+
+def test_slot_tie_goes_to_the_later_location():
+    days = shaping.build_slot_days(pts([(1, 0, 1), (1, 20, 2)]))
+    assert days["slots"].iloc[0][0] == 2
+
+
+def test_fill_slots_matches_pandas_ffill_bfill():
+    rng = np.random.default_rng(3)
+    grid = np.where(rng.random((50, 48)) < 0.8, -1, rng.integers(0, 9, (50, 48)))
+    grid[:, 5] = np.where(grid[:, 5] < 0, 4, grid[:, 5])  # every row observed somewhere
+    expected = pd.DataFrame(np.where(grid < 0, np.nan, grid)).T.ffill().bfill().T.to_numpy()
+    assert np.array_equal(shaping.fill_slots(grid), expected.astype(int))
+
+
+def test_duplicates_are_same_user_time_and_location():
+    frame = pts([(1, 0, 1), (1, 0, 1), (1, 0, 2), (2, 0, 1)])
+    assert shaping.mark_duplicates(frame).tolist() == [False, True, False, False]
