@@ -1,0 +1,207 @@
+"""Attack our own output (issue 8; realdata: needs ../shared/data).
+
+Geolife (the shared PateGail split, per user 70 % training days / 30 % held out), for PateGAIL
+(BCE critics) and PateGAIL++ (WGAN-GP critics) at noise 0.01 and 0.10, short training runs:
+- white-box MIA on the per-user critics (random forest on reward features);
+- LiRA with K shadow models of the same recipe, score = mean log-likelihood of the day's actions
+  under the policy (the generator), online and offline; and, on the same shadows, LiRA with the
+  claimed user's critic reward as score.
+CHI (Gowalla check-ins, TP/ATP ingestion: 3 h gap, at most 8 points per trajectory): home
+re-identification within 1 km for raw points, ATP at epsilon 1, 4, 10 and UNIFORM. True home =
+density mode of the user's raw night check-ins (20:00-07:00 Chicago time; timestamps read as UTC),
+all check-ins when there is none; the attacker's rule on every published variant = density mode
+of all the pseudonym's points (published data has no time of day). Also reported against the
+truth "density mode of all raw points" (the raw end is then 1.0 by construction).
+Prints a table and writes JSON. Run:
+  .venv/bin/python bench/reproduce_attacks.py [--rounds 25] [--shadows 4] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+import models.train  # noqa: F401  (the trainer is loaded once, when the run starts)
+from models.attacks import (
+    critic_score,
+    fit_trainer,
+    fit_with_critics,
+    home_reidentification,
+    lira_report,
+    policy_score,
+    run_lira,
+    run_membership,
+    split_member_days,
+)
+from models.config import TrainConfig
+from models.data import load_geolife
+from models.env import MobilityEnv
+from models.features import expert_trajectories
+from udfs.collect import perturb
+from udfs.space import LocationSpace
+from udfs.trajectories import build_trajectories
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+log = logging.getLogger("reproduce_attacks")
+
+
+def geolife(args) -> list[dict]:
+    data, _, _ = load_geolife(SHARED / "geolife_pategail")
+    train, cands = split_member_days(data, args.member_fraction, args.seed)
+    coords = data.coords
+    traj = expert_trajectories(MobilityEnv(coords, k_nearest=1), cands.days)  # label once
+    rows = []
+    for noise in [float(x) for x in args.noises.split(",")]:
+        for scheme in ("pategail", "pategail++"):
+            cfg = TrainConfig(seed=args.seed, rounds=args.rounds, scheme=scheme, noise=noise,
+                              episodes_per_round=args.episodes,
+                              critic_kind="bce" if scheme == "pategail" else "wgan")
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory() as work:
+                target = fit_with_critics(cfg, train, Path(work) / "target")
+                t1 = time.perf_counter()
+                wb = run_membership(target, coords, cands, seed=args.seed, n_boot=args.boot,
+                                    traj=traj)
+                t2 = time.perf_counter()
+                lira_p, extra = run_lira(
+                    fit_trainer(cfg, work), lambda m, c: policy_score(m, coords, c, traj),
+                    target, cands, data, n_shadows=args.shadows, online=True, seed=args.seed,
+                    n_boot=args.boot, name="lira_policy")
+                t3 = time.perf_counter()
+                lira_p_off = lira_report(extra["target"], extra["scores"], extra["in_mask"], cands,
+                                         online=False, seed=args.seed, n_boot=args.boot,
+                                         name="lira_policy_offline")
+                lira_c, _ = run_lira(
+                    None, lambda m, c: critic_score(m, coords, c, traj), target, cands, data,
+                    n_shadows=args.shadows, online=True, seed=args.seed, n_boot=args.boot,
+                    name="lira_critic", shadow_models=extra["shadows"])
+                t4 = time.perf_counter()
+            row = {"scheme": scheme, "noise": noise, "rounds": target.fit_result.rounds_done,
+                   "epsilon": target.fit_result.accountant["epsilon"],
+                   "seconds": {"target_fit": t1 - t0, "whitebox": t2 - t1,
+                               "lira_shadows": t3 - t2, "lira_rest": t4 - t3}}
+            for rep in (wb, lira_p, lira_p_off, lira_c):
+                row[rep.attack] = rep.to_dict()
+            rows.append(row)
+            print(f"{scheme} noise={noise}: whitebox AUC {wb.auc:.3f} "
+                  f"[{wb.auc_ci[0]:.3f}, {wb.auc_ci[1]:.3f}], LiRA(policy) {lira_p.auc:.3f}, "
+                  f"LiRA(policy, offline) {lira_p_off.auc:.3f}, LiRA(critic) {lira_c.auc:.3f} "
+                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    return rows
+
+
+def chi(args) -> list[dict]:
+    df = pd.read_csv(SHARED / "ldp_checkins" / "chi_checkins.csv")
+    locs = df.groupby("Location ID")[["Latitude", "Longitude"]].first().sort_index()
+    ids = pd.Series(np.arange(len(locs)), index=locs.index)
+    df["loc"] = ids.loc[df["Location ID"]].to_numpy()
+    ts_utc = pd.to_datetime(df["Timestamp"]).dt.tz_localize("UTC")
+    df["ts"] = ts_utc.dt.tz_convert("America/Chicago").dt.tz_localize(None)
+    df["sec"] = ts_utc.astype("int64").to_numpy() / 1e9
+    space = LocationSpace.from_latlon(locs["Latitude"].to_numpy(), locs["Longitude"].to_numpy())
+    raw = pd.DataFrame({"who": df["User ID"], "lat": space.coords[df["loc"], 0],
+                        "lon": space.coords[df["loc"], 1], "ts": df["ts"]})
+    trajs = {u: build_trajectories(g["User ID"].to_numpy(), g["sec"].to_numpy(),
+                                   g["loc"].to_numpy(), gap=3 * 3600.0, max_len=8)
+             for u, g in df.groupby("User ID", sort=True)}
+
+    def points(per_user: dict) -> pd.DataFrame:
+        who = np.concatenate([np.full(sum(map(len, t)), u) for u, t in per_user.items()])
+        loc = np.concatenate([np.concatenate(t) for t in per_user.values()])
+        return pd.DataFrame({"who": who, "lat": space.coords[loc, 0],
+                             "lon": space.coords[loc, 1]})
+
+    def published(mech: str, eps: float) -> pd.DataFrame:
+        return points({u: perturb(t, space, eps, mech, np.random.SeedSequence([args.seed, u]))
+                       for u, t in trajs.items()})
+
+    variants = [("raw", None, points(trajs))]
+    for eps in [float(x) for x in args.epsilons.split(",")]:
+        t0 = time.perf_counter()
+        variants.append(("atp", eps, published("atp", eps)))
+        log.info("ATP epsilon %g perturbed in %.0fs", eps, time.perf_counter() - t0)
+    variants.append(("uniform", None, published("uniform", 1.0)))
+    n_pts = raw.groupby("who").size()
+    heavy = set(n_pts[n_pts >= args.min_points].index)
+    truth_all = raw.assign(night=True)  # truth = density mode of all raw points
+    rows = []
+    for name, eps, pub in variants:
+        row = {"method": name, "epsilon": eps}
+        for tag, truth in (("night", raw), ("allraw", truth_all)):
+            row[tag] = home_reidentification(truth, pub, seed=args.seed)
+            row[f"{tag}_min{args.min_points}"] = home_reidentification(
+                truth[truth["who"].isin(heavy)], pub[pub["who"].isin(heavy)], seed=args.seed)
+        rows.append(row)
+        r = row["night"]
+        print(f"CHI {name} eps={eps}: home within 1 km {r['share_within_km']:.3f} "
+              f"[{r['share_lo']:.3f}, {r['share_hi']:.3f}] (n={r['n_users']})", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--shadows", type=int, default=4)
+    ap.add_argument("--noises", default="0.01,0.1")
+    ap.add_argument("--epsilons", default="1,4,10")
+    ap.add_argument("--member-fraction", type=float, default=0.7)
+    ap.add_argument("--min-points", type=int, default=10)
+    ap.add_argument("--boot", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--skip", choices=["geolife", "chi"], default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("models.train").setLevel(logging.WARNING)
+    out = {"args": vars(args)}
+    if args.skip != "chi":
+        out["chi"] = chi(args)
+    if args.skip != "geolife":
+        out["geolife"] = geolife(args)
+    print_tables(out)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+
+
+def print_tables(out: dict) -> None:
+    def ci(r: dict) -> str:
+        return f"{r['auc']:.3f} [{r['auc_ci'][0]:.3f}, {r['auc_ci'][1]:.3f}]"
+
+    if "geolife" in out:
+        print("\nGeolife membership inference (evaluation half; AUC [95% bootstrap CI])")
+        print(f"{'scheme':11s} {'noise':>5s} {'eps':>9s} {'whitebox AUC':>22s} {'bal.acc':>7s} "
+              f"{'TPR@1%':>6s} {'LiRA policy':>22s} {'offline':>7s} {'LiRA critic':>22s}")
+        for r in out["geolife"]:
+            wb = r["whitebox_mia"]
+            print(f"{r['scheme']:11s} {r['noise']:5.2f} {r['epsilon']:9.4g} {ci(wb):>22s} "
+                  f"{wb['balanced_accuracy']:7.3f} {wb['tpr_at_fpr']:6.3f} "
+                  f"{ci(r['lira_policy']):>22s} {r['lira_policy_offline']['auc']:7.3f} "
+                  f"{ci(r['lira_critic']):>22s}")
+    if "chi" in out:
+        print("\nCHI home re-identification: share of users with inferred home within 1 km")
+        print(f"{'method':8s} {'eps':>5s} {'truth=night':>24s} {'truth=night, >=k pts':>24s} "
+              f"{'truth=all raw':>14s}")
+        for r in out["chi"]:
+            k = [key for key in r if key.startswith("night_min")][0]
+
+            def f(x: dict) -> str:
+                return f"{x['share_within_km']:.3f} [{x['share_lo']:.3f},{x['share_hi']:.3f}]"
+
+            eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
+            print(f"{r['method']:8s} {eps:>5s} {f(r['night']):>24s} {f(r[k]):>24s} "
+                  f"{r['allraw']['share_within_km']:14.3f}")
+
+
+if __name__ == "__main__":
+    main()

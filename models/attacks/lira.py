@@ -1,0 +1,209 @@
+"""LiRA, the likelihood-ratio attack of Carlini et al. (2022), against the trained generator.
+
+Candidates are all days of all users (`membership.Candidates`). The attacker trains K shadow
+models with the target's training recipe (config, seeds of its own) on random halves of the
+candidates: shadow k is trained on the days with `in_mask[k]` set, every day IN exactly K/2
+shadows (`shadow_masks`, balanced as in the paper; each user keeps at least one day). A
+per-example score s(model, day) is computed under the target and every shadow:
+- `policy_score`: the mean log-likelihood log pi(a_t | s_t) of the day's 47 expert-labelled
+  actions under the generator's policy (what a holder of the released generator can compute;
+  explore/return targets come from public distributions and carry no training signal);
+- `critic_score`: the mean reward of the claimed user's critic on the day (white-box variant).
+Per example, Gaussians are fitted to the shadow scores: OUT (shadows not trained on it) and, in
+the online variant, IN. Score of the target's s:
+  online:  log N(s; mu_in, sd_in) - log N(s; mu_out, sd_out)
+  offline: log Phi((s - mu_out) / sd_out)   (one-sided test that s is larger than OUT)
+With few shadows, a global standard deviation (pooled over examples) replaces per-example ones
+(`fixed_variance`, the paper's recommendation below 64 shadows). The report is computed on an
+evaluation half of the candidates (stratified by user and label); the balanced-accuracy
+threshold is chosen on the other half.
+Runtime: (K + 1) trainings plus (K + 1) scoring passes over the candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from scipy.stats import norm
+
+from models.attacks.membership import Candidates, day_features, day_rewards, load_critics
+from models.attacks.report import AttackReport, attack_split, best_threshold, evaluate_attack
+from models.data import TrainData
+from models.env import MobilityEnv
+from models.features import Trajectories, expert_trajectories
+from models.policy import PolicyNet
+from models.ppo import obs_of
+from udfs.errors import InvalidParameterError
+
+
+def shadow_masks(candidates: Candidates, n_shadows: int, seed: int = 0) -> np.ndarray:
+    """(K, n) bool: each candidate IN exactly floor(K/2) shadows (random which); a shadow with
+    no day of some user gets one of that user's days added."""
+    if n_shadows < 2:
+        raise InvalidParameterError(f"n_shadows={n_shadows}: LiRA needs at least 2 shadows")
+    rng = np.random.default_rng(seed)
+    n = len(candidates.days)
+    half = n_shadows // 2
+    mask = np.argsort(rng.random((n_shadows, n)), axis=0) < half
+    users = np.asarray(candidates.users)
+    for k in range(n_shadows):
+        present = np.unique(users[mask[k]])
+        for u in np.setdiff1d(np.unique(users), present):
+            mask[k, rng.choice(np.flatnonzero(users == u))] = True
+    return mask
+
+
+def shadow_data(candidates: Candidates, mask: np.ndarray, template: TrainData) -> TrainData:
+    """Training data of one shadow: the candidates with `mask` set, grouped by user index."""
+    users = np.asarray(candidates.users)
+    per_user = [candidates.days[mask & (users == u)] for u in range(template.n_users)]
+    return TrainData(per_user, template.coords, list(template.user_ids))
+
+
+@torch.no_grad()
+def policy_log_likelihood(policy: PolicyNet, env: MobilityEnv, days: np.ndarray | None = None,
+                          chunk: int = 1024, traj: Trajectories | None = None) -> np.ndarray:
+    """(n,) mean log pi(a_t | s_t) over each day's 47 expert-labelled actions (pass the days,
+    or their `expert_trajectories` as `traj` to label them once for many models)."""
+    if traj is not None:
+        dist = policy.distribution(obs_of(traj), env.coords_norm)
+        lp = dist.log_prob(traj.flat("actions")).view(traj.actions.shape)
+        return lp.mean(1).double().numpy()
+    out = [policy_log_likelihood(policy, env, traj=expert_trajectories(env, days[i:i + chunk]))
+           for i in range(0, len(days), chunk)]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def policy_score(model, coords: np.ndarray, candidates: Candidates,
+                 traj: Trajectories | None = None) -> np.ndarray:
+    """LiRA score of a trained model (anything with `.policy()`, e.g. FitResult or Trained)."""
+    env = MobilityEnv(coords, k_nearest=1)
+    return policy_log_likelihood(model.policy().eval(), env, candidates.days, traj=traj)
+
+
+def critic_score(model, coords: np.ndarray, candidates: Candidates,
+                 traj: Trajectories | None = None) -> np.ndarray:
+    """LiRA score from per-user critics (anything `load_critics` accepts): the mean logit-scaled
+    reward of the claimed user's critic on the day."""
+    critics = load_critics(model)
+    feats = traj.features if traj is not None else day_features(
+        MobilityEnv(coords, k_nearest=1), candidates.days)
+    r = day_rewards(critics, feats)  # (n, U, 47)
+    users = np.asarray(candidates.users, dtype=np.int64)
+    p = r[torch.arange(len(users)), torch.as_tensor(users)].double().clamp(1e-6, 1 - 1e-6)
+    return torch.logit(p).mean(1).numpy()  # logit scaling, as the paper does for confidences
+
+
+def lira_statistic(target: np.ndarray, shadows: np.ndarray, in_mask: np.ndarray, *,
+                   online: bool = True, fixed_variance: bool | None = None) -> np.ndarray:
+    """Per-example LiRA score (higher = member) from (n,) target scores, (K, n) shadow scores
+    and the (K, n) IN mask of the shadows."""
+    t = np.asarray(target, float)
+    s = np.asarray(shadows, float)
+    m = np.asarray(in_mask, bool)
+    if s.shape != m.shape or s.shape[1:] != t.shape:
+        raise InvalidParameterError(f"shadows {s.shape}, in_mask {m.shape}, target {t.shape}")
+    k = s.shape[0]
+    fixed = k < 64 if fixed_variance is None else fixed_variance
+
+    def fit(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cnt = sel.sum(0)
+        if (cnt == 0).any():
+            raise InvalidParameterError("some example has no shadow on this side (IN/OUT); "
+                                        "use more shadows or the offline variant")
+        mu = (s * sel).sum(0) / cnt
+        dev = (s - mu) ** 2 * sel
+        if fixed or (cnt < 2).any():
+            sd = np.full(t.shape, np.sqrt(dev.sum() / max(1, sel.sum() - t.size)))
+        else:
+            sd = np.sqrt(dev.sum(0) / (cnt - 1))
+        return mu, np.maximum(sd, 1e-6)
+
+    mu_out, sd_out = fit(~m)
+    if not online:
+        return norm.logcdf((t - mu_out) / sd_out)
+    mu_in, sd_in = fit(m)
+    return norm.logpdf(t, mu_in, sd_in) - norm.logpdf(t, mu_out, sd_out)
+
+
+def lira_report(target_scores: np.ndarray, shadow_scores: np.ndarray, in_mask: np.ndarray,
+                candidates: Candidates, *, online: bool = True,
+                fixed_variance: bool | None = None, eval_fraction: float = 0.5, seed: int = 0,
+                n_boot: int = 500, fpr: float = 0.01, name: str = "lira") -> AttackReport:
+    """LiRA report from precomputed scores (n,) target, (K, n) shadows and their IN mask."""
+    stat = lira_statistic(target_scores, shadow_scores, in_mask, online=online,
+                          fixed_variance=fixed_variance)
+    y = np.asarray(candidates.is_member, bool)
+    ev = attack_split(y, candidates.users, eval_fraction, seed)
+    thr = best_threshold(stat[~ev], y[~ev])
+    k = int(np.asarray(in_mask).shape[0])
+    return evaluate_attack(name, stat[ev], y[ev], threshold=thr, fpr=fpr, n_boot=n_boot,
+                           seed=seed, extra={"n_shadows": k,
+                                             "variant": "online" if online else "offline"})
+
+
+def run_lira(train: Callable[[TrainData, int], object] | None,
+             score: Callable[[object, Candidates], np.ndarray], target_model,
+             candidates: Candidates, template: TrainData, *, n_shadows: int = 4,
+             online: bool = True, fixed_variance: bool | None = None, eval_fraction: float = 0.5,
+             seed: int = 0, n_boot: int = 500, fpr: float = 0.01, name: str = "lira",
+             shadow_models: list | None = None) -> tuple[AttackReport, dict]:
+    """Train K shadows with `train(data, seed)` (shadow k on `shadow_masks(...)[k]`, seed
+    seed + 1000 + k), score the target and every shadow with `score(model, candidates)`, report
+    LiRA on the evaluation half. Returns (report, {"shadows", "in_mask", "scores", "target"});
+    pass the shadows back as `shadow_models` (same K and seed) to reuse them with another score,
+    or call `lira_report` on the returned scores for the other variant."""
+    mask = shadow_masks(candidates, n_shadows, seed)
+    if shadow_models is None:
+        if train is None:
+            raise InvalidParameterError("pass `train` or ready `shadow_models`")
+        shadow_models = [train(shadow_data(candidates, mask[k], template), seed + 1000 + k)
+                         for k in range(n_shadows)]
+    if len(shadow_models) != n_shadows:
+        raise InvalidParameterError(f"got {len(shadow_models)} shadow models for K={n_shadows}")
+    sh = np.stack([score(mdl, candidates) for mdl in shadow_models])
+    tg = score(target_model, candidates)
+    rep = lira_report(tg, sh, mask, candidates, online=online, fixed_variance=fixed_variance,
+                      eval_fraction=eval_fraction, seed=seed, n_boot=n_boot, fpr=fpr, name=name)
+    return rep, {"shadows": shadow_models, "in_mask": mask, "scores": sh, "target": tg}
+
+
+class Trained:
+    """A trained model as the attacks see it: the FitResult plus the critics' weights (read back
+    from the checkpoint `fit(checkpoint_dir=...)` wrote, since FitResult does not carry them)."""
+
+    def __init__(self, fit_result, critics_state: dict):
+        self.fit_result, self.critics_state = fit_result, critics_state
+        self.config = fit_result.config
+
+    def policy(self) -> PolicyNet:
+        return self.fit_result.policy()
+
+
+def fit_with_critics(config, data: TrainData, workdir) -> Trained:
+    """models.train.fit with a checkpoint in `workdir` (saved once, at the end), read back."""
+    import dataclasses
+    from pathlib import Path
+
+    from models.checkpoint import load_checkpoint
+    from models.train import fit
+
+    cfg = dataclasses.replace(config, checkpoint_every=max(1, config.rounds))
+    res = fit(cfg, data, checkpoint_dir=Path(workdir))
+    ckpt = load_checkpoint(workdir)
+    return Trained(res, ckpt["critics"])
+
+
+def fit_trainer(config, workdir) -> Callable[[TrainData, int], Trained]:
+    """`train(data, seed)` for run_lira: the target's recipe with another seed, each shadow in
+    its own checkpoint folder under `workdir`."""
+    import dataclasses
+    from pathlib import Path
+
+    def train(data: TrainData, seed: int) -> Trained:
+        return fit_with_critics(dataclasses.replace(config, seed=seed), data,
+                                Path(workdir) / f"shadow_{seed}")
+
+    return train
