@@ -50,7 +50,7 @@ def _png(fig: plt.Figure) -> str:
 
 def plot_ne_vs_epsilon(evaluation: pd.DataFrame) -> str | None:
     """NE against epsilon, one line per collection mechanism."""
-    ne = evaluation[evaluation["metric"] == "ne"].copy()
+    ne = evaluation[evaluation["metric"].str.lower() == "ne"].copy()
     if ne.empty:
         return None
     ne["epsilon"] = pd.to_numeric(ne["setting"], errors="coerce")
@@ -60,6 +60,7 @@ def plot_ne_vs_epsilon(evaluation: pd.DataFrame) -> str | None:
         ax.plot(part["epsilon"], part["value"], marker="o", label=str(method).upper())
     ax.set_xlabel("epsilon per trajectory")
     ax.set_ylabel("normalised error (NE)")
+    ax.set_xscale("log")
     ax.set_title("LDP collection: NE against epsilon (lower is better)")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -71,7 +72,10 @@ def plot_divergences(evaluation: pd.DataFrame) -> str | None:
     jsd = evaluation[evaluation["metric"].isin(MOBILITY_METRICS)]
     if jsd.empty:
         return None
-    jsd = jsd.assign(label=jsd["method"].astype(str) + " " + jsd["setting"].astype(str))
+    setting = pd.to_numeric(jsd["setting"], errors="coerce").map(
+        lambda v: "" if pd.isna(v) else f" {v:.3g}"
+    )
+    jsd = jsd.assign(label=jsd["method"].astype(str) + setting)
     table = jsd.pivot_table(index="metric", columns="label", values="value", aggfunc="mean")
     table = table.reindex([m for m in MOBILITY_METRICS if m in table.index])
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(table.index) + 2), 3.8))

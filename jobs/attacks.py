@@ -1,0 +1,73 @@
+"""Attacks run by `trajpriv evaluate --attacks`: home re-identification on the published tables.
+
+For a deterministic sample of users (by pseudonym order, at most `MAX_USERS` so the points fit on
+the driver), the true home comes from raw night-time points; the attacker infers a home from
+each published view of the same users with one rule (`models.attacks.home`: the point with the
+most of the user's other points within 0.5 km), applied alike to:
+- `raw` (the raw points without their times: the upper end of the scale),
+- every (mechanism, epsilon) of the latest collection (`uniform` is the lower end).
+The linking of pseudonyms to users happens here, in the trusted zone; only the shares are
+published (`trajpriv_pub.evaluation`, metric `home_reid_share` and its 95% bootstrap interval).
+The membership attacks need the trained critics and shadow models and run from
+`bench/reproduce_attacks.py`.
+Row shapes: raw points (user_id, ts, lat, lon) -> sample (who, ts, lat, lon) -> per setting
+published points (who, lat, lon) -> one share per setting.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.catalog import read_table, table_exists
+from jobs.config import Config
+from jobs.keys import pseudonym, pseudonym_key
+from models.attacks.home import home_reidentification
+
+log = logging.getLogger("trajpriv.attacks")
+
+MAX_USERS = 2000
+PERTURBED_POINTS = "trajpriv_pub.perturbed_points"
+
+
+def _rows(method: str, setting: float | None, result: dict[str, Any]) -> list[dict]:
+    return [
+        {"method": method, "setting": setting, "metric": f"home_reid_{key}", "value": result[key]}
+        for key in ("share_within_km", "share_lo", "share_hi", "median_error_km")
+    ]
+
+
+def run_attacks(spark: SparkSession, cfg: Config) -> tuple[list[dict], dict[str, Any]]:
+    """Evaluation rows and figures of home re-identification for `cfg.dataset`."""
+    key = pseudonym_key(cfg.storage.secrets)
+    raw = read_table(spark, "trajpriv_raw.points").where(F.col("dataset") == cfg.dataset)
+    users = [r[0] for r in raw.select("user_id").distinct().collect()]
+    by_pseudonym = dict(sorted((pseudonym(key, u), u) for u in users)[:MAX_USERS])
+    sample = list(by_pseudonym.values())
+    true = raw.where(F.col("user_id").isin(sample)).select("user_id", "ts", "lat", "lon").toPandas()
+    true["who"] = true["user_id"].map(lambda u: pseudonym(key, u))
+    true = true[["who", "ts", "lat", "lon"]]
+    rows = _rows("raw", None, home_reidentification(true, true[["who", "lat", "lon"]]))
+    figures: dict[str, Any] = {"attack_users": len(sample)}
+    if table_exists(spark, PERTURBED_POINTS):
+        from jobs.evaluate import PERTURBED, latest_runs
+
+        latest = latest_runs(spark, PERTURBED, cfg.dataset, ["mechanism", "epsilon"])
+        pairs = latest.select("run_id", "mechanism", "epsilon").distinct()
+        points = (
+            spark.table(PERTURBED_POINTS)
+            .join(pairs, ["run_id", "mechanism", "epsilon"])
+            .where(F.col("pseudonym").isin(list(by_pseudonym)))
+            .select("mechanism", "epsilon", F.col("pseudonym").alias("who"), "lat", "lon")
+            .toPandas()
+        )
+        for (mechanism, eps), part in points.groupby(["mechanism", "epsilon"]):
+            result = home_reidentification(true, part[["who", "lat", "lon"]])
+            rows += _rows(f"perturbed_{mechanism}", float(eps), result)
+            figures[f"home_reid_{mechanism}_{eps:g}"] = round(result["share_within_km"], 4)
+    figures["home_reid_raw"] = round(rows[0]["value"], 4)
+    log.info("home re-identification: %s", figures)
+    return rows, figures

@@ -1,0 +1,63 @@
+"""Driver-side pieces of the collect stage that need no JVM."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+
+from jobs import collect as C
+from jobs.collect_metrics import _tau_b
+from jobs.config import load_config
+
+
+def test_period_names_the_window():
+    def period(*sets):
+        return C.period_name(load_config(None, list(sets)).collect)
+
+    assert period() == "all"
+    assert period("collect.window_start=2014-06-01", "collect.window_end=2014-06-14") == (
+        "20140601-20140614")
+    assert period("collect.window_end=2014-06-14") == "-20140614"
+    assert period("collect.window_start=2014-06-01") == "20140601-"
+
+
+def test_fresh_flag_is_added_once_to_a_merged_parser():
+    parser = argparse.ArgumentParser()
+    C.add_args(parser)
+    C.add_args(parser)  # `trajpriv run` merges every stage's arguments into one parser
+    assert parser.parse_args(["--fresh"]).fresh is True
+    assert parser.parse_args([]).fresh is False
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tau_b_from_pair_sums_equals_scipy(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 5, 40)
+    y = rng.integers(0, 5, 40)
+    s = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
+            for i in range(40) for j in range(i + 1, 40))
+
+    def ties(v):
+        return sum(c * (c - 1) // 2 for c in np.unique(v, return_counts=True)[1])
+
+    assert _tau_b(int(s), 40, ties(x), ties(y)) == pytest.approx(
+        kendalltau(x, y).statistic, rel=1e-12)
+
+
+def test_tau_b_is_nan_for_a_constant_side():
+    assert math.isnan(_tau_b(0, 5, 10, 3))
+    assert math.isnan(_tau_b(0, 1, 0, 0))
+
+
+def test_window_order_is_validated():
+    from udfs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="window_end 2014-06-01 is before"):
+        load_config(None, ["collect.window_start=2014-06-02", "collect.window_end=2014-06-01"])
+    assert load_config(None, ["collect.window_start=2014-06-02"]).collect.window_start == (
+        dt.date(2014, 6, 2))
