@@ -222,8 +222,8 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
         env_vars={
             "PYSPARK_PYTHON": "{{ params.python }}",
             "PYSPARK_DRIVER_PYTHON": "{{ params.python }}",
-            # Keep jobs/ off sys.path of the driver script: jobs/secrets.py must not shadow the
-            # standard library's `secrets` (Python 3.11+: PYTHONSAFEPATH).
+            # Keep jobs/ off sys.path of the driver script so no module there can shadow a
+            # standard-library one (Python 3.11+: PYTHONSAFEPATH).
             "PYTHONSAFEPATH": "1",
         },
         **kwargs,
