@@ -196,6 +196,25 @@ class CollectConfig(_Section):
     calibrated: bool = True  # ATP radius calibration (post-processing either way)
     max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
 
+    @field_validator("user_budget")
+    @classmethod
+    def _finite_budget(cls, value: float) -> float:
+        import math
+
+        if not math.isfinite(value):
+            raise ValueError(f"must be finite (an infinite budget refuses nobody), got {value}")
+        return value
+
+    @field_validator("prq_km")
+    @classmethod
+    def _prq_positive(cls, value: list[float]) -> list[float]:
+        import math
+
+        bad = [v for v in value if not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"each PRQ radius must be finite and > 0 km, got {bad}")
+        return value
+
     @field_validator("run_label")
     @classmethod
     def _safe_label(cls, value: str) -> str:
@@ -251,6 +270,15 @@ class TrainConfig(_Section):
     timeout_s: float = Field(1800.0, gt=0)  # collective timeout of the process group
     options: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("noise", "target_epsilon", "timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        import math
+
+        if not math.isfinite(value):
+            raise ValueError(f"must be finite, got {value}")
+        return value
+
 
 class SynthesizeConfig(_Section):
     enabled: bool = True
@@ -271,7 +299,7 @@ class Config(_Section):
     """The whole pipeline. `dataset` names the rows every stage reads and writes."""
 
     dataset: str = "synthetic"
-    seed: int = 20260601
+    seed: int = Field(20260601, ge=0)  # numpy SeedSequence entropy must be >= 0
     storage: StorageConfig = Field(default_factory=StorageConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     datagen: DatagenConfig = Field(default_factory=DatagenConfig)

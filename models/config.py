@@ -6,6 +6,7 @@ naming the field (ConfigError).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from udfs.errors import ConfigError
@@ -69,8 +70,8 @@ class TrainConfig:
             raise bad("accountant", "must be 'rdp' or 'pld'")
         for name in ("noise", "pilot_fraction", "delta_prime", "critic_lr", "policy_lr", "clip",
                      "start_hist_epsilon"):
-            if not getattr(self, name) > 0:
-                raise bad(name, "must be > 0")
+            if not 0 < getattr(self, name) < math.inf:
+                raise bad(name, "must be finite and > 0")
         for name in ("rounds", "episodes_per_round", "k_nearest", "critic_hidden", "critic_steps",
                      "critic_batch", "ppo_epochs", "ppo_minibatch", "checkpoint_every"):
             if getattr(self, name) < 1:
@@ -81,8 +82,8 @@ class TrainConfig:
             raise bad("delta", "must lie in (0, 1)")
         if self.beta < 0 or self.lambda_gp < 0:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
-        if self.target_epsilon is not None and not self.target_epsilon > 0:
-            raise bad("target_epsilon", "must be > 0 or None")
+        if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:
+            raise bad("target_epsilon", "must be finite and > 0, or None")
 
     def to_dict(self) -> dict:
         return asdict(self)
