@@ -1,17 +1,21 @@
 """Seconds per training round: batched critics vs a per-user Python loop over the same critics.
 
 Synthetic users on the public Shanghai-like map (random coordinates; no real data needed).
-For U in (83, 9481): one full round of fit's loop (rollout, critic steps, scoring, release, PPO)
-is timed, and the critic phase (critic_steps training steps + scoring the generated batch) is
-timed both batched (`critic_step` + `local_moments`) and as a Python loop over per-user
-`SingleCritic` modules with torch.optim.Adam (the same maths). The loop at 9,481 users is timed
-over `--loop-users` users and scaled linearly (stated in the output).
-Usage: .venv/bin/python bench/bench_train.py [--users 83,9481] [--loop-users 500]
+For U in (83, 9481) and each thread count: one full round of fit's loop (rollout, critic steps,
+scoring, release, PPO) is timed, and the critic phase (critic_steps training steps + scoring the
+generated batch into per-sample moments) is timed both batched (`critic_step` + `local_moments`)
+and as a Python loop over per-user `SingleCritic` modules, each with its own torch.optim.Adam,
+autograd for the gradient penalty and float64 moment sums (the same maths, written per user the
+natural way). The loop at 9,481 users is timed over `--loop-users` users and scaled linearly
+(stated in the output). Every figure is the best of `--repeat` runs; the 1-minute load average
+is printed with it (the machine is shared).
+Usage: .venv/bin/python bench/bench_train.py [--users 83,9481] [--threads 1,2] [--loop-users 500]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -20,6 +24,7 @@ import torch
 from models.config import TrainConfig
 from models.critics import SingleCritic, critic_losses, critic_step, local_moments, sample_batches
 from models.data import TrainData
+from models.ppo import rollout
 from models.train import _Run
 
 
@@ -41,6 +46,8 @@ def loop_critic_phase(run: _Run, feats: torch.Tensor, users: list[int]) -> float
     mods = [SingleCritic(run.critics, u) for u in users]
     opts = [torch.optim.Adam(m.parameters(), lr=cfg.critic_lr, betas=(0.5, 0.9)) for m in mods]
     g = torch.Generator().manual_seed(0)
+    s = torch.zeros(feats.shape[0], dtype=torch.float64)
+    q = torch.zeros_like(s)
     t0 = time.perf_counter()
     for u, m, o in zip(users, mods, opts, strict=True):
         for _ in range(cfg.critic_steps):
@@ -51,46 +58,74 @@ def loop_critic_phase(run: _Run, feats: torch.Tensor, users: list[int]) -> float
             loss.sum().backward()
             o.step()
         with torch.no_grad():
-            torch.sigmoid(m(feats))
+            r = torch.sigmoid(m(feats)).double()
+            s += r
+            q += r * r
     return time.perf_counter() - t0
+
+
+def batched_critic_phase(run: _Run, feats: torch.Tensor, g: torch.Generator
+                         ) -> tuple[float, float]:
+    """(seconds of the critic_steps training steps, seconds of scoring) for all users."""
+    cfg = run.cfg
+    users = torch.arange(run.critics.n_users)
+    t0 = time.perf_counter()
+    for _ in range(cfg.critic_steps):
+        critic_step(run.critics, run.critic_opt, run.real, run.counts, feats, users,
+                    cfg.critic_batch, cfg.critic_kind, cfg.lambda_gp, g)
+    t1 = time.perf_counter()
+    local_moments(run.critics, feats, users, cfg.score_chunk_elems)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--users", default="83,9481")
+    ap.add_argument("--threads", default="1,2")
     ap.add_argument("--loop-users", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     for n in [int(x) for x in args.users.split(",")]:
+        torch.set_num_threads(1)
         run = _Run(TrainConfig(seed=0), synthetic(n))
         run.setup_start_histogram()
-        secs = []
-        for _ in range(args.rounds):
-            t0 = time.perf_counter()
-            rec = run.one_round()
-            secs.append(time.perf_counter() - t0)
-            run.round += 1
         g = torch.Generator().manual_seed(1)
         starts = torch.multinomial(run.start_probs.float(), run.cfg.episodes_per_round,
                                    replacement=True, generator=g)
-        from models.ppo import rollout
         feats = rollout(run.policy, run.value, run.env, starts, g).traj.flat("features")
-        users = torch.arange(n)
-        t0 = time.perf_counter()
-        for _ in range(run.cfg.critic_steps):
-            critic_step(run.critics, run.critic_opt, run.real, run.counts, feats, users,
-                        run.cfg.critic_batch, run.cfg.critic_kind, run.cfg.lambda_gp, g)
-        local_moments(run.critics, feats, users, run.cfg.score_chunk_elems)
-        batched = time.perf_counter() - t0
-        m = min(n, args.loop_users)
-        loop = loop_critic_phase(run, feats, list(range(m))) * n / m
-        note = "" if m == n else f" (timed on {m} users, scaled x{n / m:.1f})"
-        print(f"users={n}: round {np.median(secs):.2f}s (phases of last: "
-              + ", ".join(f"{k} {v:.2f}s" for k, v in rec["seconds"].items())
-              + f"); critic phase batched {batched:.2f}s vs per-user loop {loop:.2f}s{note}: "
-              f"{loop / batched:.1f}x; B={feats.shape[0]} generated pairs", flush=True)
+        for threads in [int(x) for x in args.threads.split(",")]:
+            torch.set_num_threads(threads)
+            secs, rec = [], {}
+            for _ in range(args.rounds):
+                t0 = time.perf_counter()
+                rec = run.one_round()
+                secs.append(time.perf_counter() - t0)
+                run.round += 1
+            ld_round = load()
+            best = min((batched_critic_phase(run, feats, g) for _ in range(args.repeat)),
+                       key=sum)
+            ld_batched = load()
+            m = min(n, args.loop_users)
+            loop = min(loop_critic_phase(run, feats, list(range(m)))
+                       for _ in range(args.repeat)) * n / m
+            ld_loop = load()
+            note = "" if m == n else f", timed on {m} users and scaled x{n / m:.1f}"
+            batched = sum(best)
+            print(f"users={n} threads={threads} B={feats.shape[0]} generated pairs\n"
+                  f"  round {min(secs):.2f}s best of {args.rounds} ({ld_round}; phases of the "
+                  "last: " + ", ".join(f"{k} {v:.2f}s" for k, v in rec["seconds"].items())
+                  + ")\n"
+                  f"  critic phase batched {batched:.2f}s = {run.cfg.critic_steps} steps "
+                  f"{best[0]:.2f}s + scoring {best[1]:.2f}s (best of {args.repeat}, "
+                  f"{ld_batched})\n"
+                  f"  critic phase per-user loop {loop:.2f}s (best of {args.repeat}, {ld_loop}"
+                  f"{note})\n"
+                  f"  speedup {loop / batched:.1f}x", flush=True)
 
 
 if __name__ == "__main__":

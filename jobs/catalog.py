@@ -66,6 +66,12 @@ def write_table(
     if not table_exists(spark, table):
         df.write.format("parquet").partitionBy(*partition_by).saveAsTable(table)
         return
+    existing_parts = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
+    if existing_parts != list(partition_by):
+        raise InputDataError(
+            f"table {table} is partitioned by {existing_parts}, this write by {partition_by}: "
+            "another writer created it with a different layout; drop the table and rerun"
+        )
     target_cols = spark.table(table).columns
     missing = set(target_cols) - set(df.columns)
     if missing:

@@ -47,8 +47,8 @@ from models.critics import (
     BatchedAdam,
     BatchedCritics,
     Moments,
-    critic_losses,
     critic_rewards,
+    critic_update,
     local_moments,
 )
 from models.data import TrainData
@@ -181,12 +181,7 @@ def critic_step_rows(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tens
     if users.numel() == 0:
         return torch.zeros(0)
     real_b = real[users[:, None], (u_real * counts[users][:, None]).long()]
-    losses = critic_losses(critics, real_b, generated[u_gen], alpha, kind, lambda_gp,
-                           users=users, update_sn=True)
-    critics.zero_grad(set_to_none=True)
-    losses.sum().backward()
-    opt.step(users)
-    return losses.detach()
+    return critic_update(critics, opt, real_b, generated[u_gen], alpha, users, kind, lambda_gp)
 
 
 def start_mass(days_per_user: list[np.ndarray], n_locations: int) -> torch.Tensor:

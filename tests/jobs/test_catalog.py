@@ -41,6 +41,15 @@ def test_write_table_replaces_scope_and_never_duplicates(spark) -> None:
     assert rows == [("a", "r1", 10), ("b", "r1", 4)]
 
 
+def test_write_with_another_partition_layout_is_refused(spark) -> None:
+    table = "trajpriv_pub.t_layout"
+    df = spark.createDataFrame([("a", "r1", 1)], "dataset string, run string, v int")
+    write_table(df, table, partition_by=["dataset", "run"], replace={"dataset": "a"})
+    with pytest.raises(InputDataError, match=r"partitioned by \['dataset', 'run'\], this write by"):
+        write_table(df, table, partition_by=["dataset"], replace={"dataset": "a"})
+    assert spark.table(table).count() == 1
+
+
 def test_read_missing_table_names_the_stage(spark) -> None:
     with pytest.raises(InputDataError, match=r"trajpriv_raw\.nope does not exist: run the stage"):
         read_table(spark, "trajpriv_raw.nope")

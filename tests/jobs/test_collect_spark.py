@@ -85,10 +85,9 @@ def raw(spark):
                 replace={"dataset": DATASET})
     schema = ("dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
               "ts array<timestamp>, n int")
-    # Ingest partitions by (dataset, date); one partition keeps this fixture fast, and a write
-    # by name works into either layout.
+    # The layout ingest writes: partitioned by (dataset, date).
     write_table(spark.createDataFrame(trajs[schema_cols(schema)], schema), C.TRAJECTORIES,
-                partition_by=["dataset"], replace={"dataset": DATASET})
+                partition_by=["dataset", "date"], replace={"dataset": DATASET})
     # `points` (the raw GPS fixes) stays in pandas: the leak test's oracle of raw coordinates.
     return locations, trajs, points
 
