@@ -38,9 +38,7 @@ from torch import nn
 
 from models.accounting import PrivacyAccountant
 from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
-from models.aggregation.base import compensate, laplace
-from models.aggregation.ldp import ldp_noise, perturbed_moments
-from models.aggregation.sensitivity import laplace_events, per_sample_budgets
+from models.aggregation.base import laplace
 from models.checkpoint import load_checkpoint, save_checkpoint
 from models.config import TrainConfig
 from models.critics import (
@@ -235,31 +233,9 @@ def ldp_release(scheme: LdpReward, rewards: torch.Tensor, rows: torch.Tensor, n_
                 gen: torch.Generator, spend, comm: Comm):
     """`LdpReward.release_local` over sharded users: each rank perturbs its users' rewards with
     their rows of the shared noise table; only the perturbed moments are all-reduced."""
-    b = rewards.shape[1]
-    eps_batch, pilot = b / scheme.noise, None
-    total = eps_batch
-    if scheme.sensitivity_aware:
-        scale_p = scheme.noise / scheme.pilot_fraction
-        spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scale_p), b))
-        noise = ldp_noise(n_total, b, gen)[rows]
-        mom = moments_all(comm, perturbed_moments(
-            rewards, torch.full((b,), scale_p, dtype=torch.float64), noise))
-        pilot = (mom.sum / mom.count).clamp(0, 1)
-        eps = per_sample_budgets(pilot, eps_batch, scheme.delta_prime)
-        total += scheme.pilot_fraction * eps_batch
-        spend(laplace_events(eps))
-    else:
-        eps = torch.full((b,), 1.0 / scheme.noise, dtype=torch.float64)
-        spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scheme.noise), b))
-    scale = 1.0 / eps
-    mom = moments_all(comm, perturbed_moments(rewards, scale, ldp_noise(n_total, b, gen)[rows]))
-    n = mom.count
-    mean = mom.sum / n
-    var_noisy = None
-    if scheme.beta > 0 and n > 1:
-        var_noisy = (mom.sumsq / n - mean ** 2) - 2 * scale ** 2
-    rewards_hat, _ = compensate(mean, var_noisy, scheme.beta)
-    return rewards_hat, total
+    rel = scheme.release_local(rewards, rows, n_total, gen=gen, spend=spend,
+                               reduce=lambda mom: moments_all(comm, mom))
+    return rel.rewards, rel.epsilon_spent
 
 
 def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.Optimizer,

@@ -58,8 +58,14 @@ class LdpReward:
 
     def release_local(self, rewards: torch.Tensor, rows: torch.Tensor, n_users_total: int, *,
                       gen: torch.Generator,
-                      spend: Callable[[dp_accounting.DpEvent], object]) -> Release:
-        """rewards: (A, B) of the participating users; rows: their global user indices."""
+                      spend: Callable[[dp_accounting.DpEvent], object],
+                      reduce: Callable[[Moments], Moments] | None = None) -> Release:
+        """rewards: (A, B) of the participating users; rows: their global user indices.
+
+        `reduce` combines the perturbed moments across shards (an all-reduce when users are
+        sharded over ranks; identity in one process). Only perturbed values cross it.
+        """
+        reduce = reduce or (lambda m: m)
         b = rewards.shape[1]
         eps_batch, pilot = b / self.noise, None
         total = eps_batch
@@ -67,7 +73,8 @@ class LdpReward:
             scale_p = self.noise / self.pilot_fraction
             spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scale_p), b))
             noise = ldp_noise(n_users_total, b, gen)[rows]
-            mom = perturbed_moments(rewards, torch.full((b,), scale_p, dtype=torch.float64), noise)
+            mom = reduce(perturbed_moments(
+                rewards, torch.full((b,), scale_p, dtype=torch.float64), noise))
             pilot = (mom.sum / mom.count).clamp(0, 1)
             eps = per_sample_budgets(pilot, eps_batch, self.delta_prime)
             total += self.pilot_fraction * eps_batch
@@ -76,7 +83,7 @@ class LdpReward:
         spend(laplace_events(eps) if self.sensitivity_aware else dp_accounting.SelfComposedDpEvent(
             dp_accounting.LaplaceDpEvent(self.noise), b))
         scale = 1.0 / eps
-        mom = perturbed_moments(rewards, scale, ldp_noise(n_users_total, b, gen)[rows])
+        mom = reduce(perturbed_moments(rewards, scale, ldp_noise(n_users_total, b, gen)[rows]))
         n = mom.count
         mean = mom.sum / n
         var_noisy = None
