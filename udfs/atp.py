@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from udfs.budget import BudgetRecord, Step, check_epsilon, split
+from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.errors import InvalidParameterError
 from udfs.mechanisms.square_wave import SquareWave
 from udfs.sampling import em_sample
@@ -135,7 +135,7 @@ def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens
 
 
 @dataclass(frozen=True, eq=False)
-class ATP:
+class ATP(RecordedMechanism):
     """Anchor-based trajectory perturbation (ATP).
 
     Guarantee: user-level eps-LDP for one trajectory: any two trajectories of the same length n
@@ -199,15 +199,6 @@ class ATP:
                       if i % 2 != parity for j in (i - 1, i + 1) if 0 <= j < n]
             steps += [Step(name, "point", i, bud["point"]) for i in range(n)]
         return BudgetRecord(self.name, n, tuple(steps))
-
-    @property
-    def epsilon(self) -> float:
-        """Largest spend over lengths 1..16 (computed from the step records, rounded up)."""
-        return max(self.record(n).spent for n in range(1, 17))
-
-    def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """(N, n) trajectories of one length -> (N, n) outputs."""
-        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
 
     def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
         """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""

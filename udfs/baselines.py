@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from udfs.budget import BudgetRecord, Step, check_epsilon, split
+from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.sampling import em_sample
 from udfs.space import LocationSpace
 from udfs.tp import per_length
 
 
 @dataclass(frozen=True, eq=False)
-class EXP:
+class EXP(RecordedMechanism):
     """Each point independently perturbed by EM over P with eps/n.
 
     Guarantee: user-level eps-LDP for one trajectory of public length n (sequential composition
@@ -34,13 +34,6 @@ class EXP:
     def record(self, n: int) -> BudgetRecord:
         (pt,) = split(self.epsilon_total, [(n, 1.0)])
         return BudgetRecord(self.name, n, tuple(Step("-", "point", i, pt) for i in range(n)))
-
-    @property
-    def epsilon(self) -> float:
-        return max(self.record(n).spent for n in range(1, 17))
-
-    def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
 
     def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
         """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""

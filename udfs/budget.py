@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
+import numpy as np
+
 from udfs.errors import InvalidParameterError
 
 
@@ -85,3 +87,22 @@ class BudgetRecord:
     @property
     def spent(self) -> float:
         return total_up(s.epsilon for s in self.steps)
+
+
+class RecordedMechanism:
+    """Shared by trajectory mechanisms that record their spend per length (TP, ATP, EXP).
+
+    Subclasses define `record(n) -> BudgetRecord` and `perturb_batch(traj, lens, *, rng)`.
+    """
+
+    MAX_RECORDED_LENGTH = 16
+
+    @property
+    def epsilon(self) -> float:
+        """Largest spend over lengths 1..16 (computed from the step records, rounded up)."""
+        return max(self.record(n).spent for n in range(1, self.MAX_RECORDED_LENGTH + 1))
+
+    def perturb_group(self, traj, *, rng):
+        """(N, n) trajectories of one length -> (N, n) outputs."""
+        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
+

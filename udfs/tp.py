@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from udfs.budget import BudgetRecord, Step, check_epsilon, split
+from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.errors import InvalidParameterError
 from udfs.granularity import CANDIDATES, choose_granularity
 from udfs.mechanisms.krr import KRR, krr_perturb
@@ -202,7 +202,7 @@ def check_combiner(how) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class TP:
+class TP(RecordedMechanism):
     """Pivot-sampling trajectory perturbation (TP).
 
     Guarantee: user-level eps-LDP for one trajectory: for any two trajectories of the same
@@ -260,15 +260,6 @@ class TP:
                       for j in (i - 1, i + 1) if 0 <= j < n]
             steps += [Step(name, "point", i, pt) for i in range(n)]
         return BudgetRecord(self.name, n, tuple(steps))
-
-    @property
-    def epsilon(self) -> float:
-        """Largest spend over lengths 1..16 (computed from the step records, rounded up)."""
-        return max(self.record(n).spent for n in range(1, 17))
-
-    def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """(N, n) trajectories of one length -> (N, n) outputs."""
-        return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
 
     def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
         """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
