@@ -1,18 +1,27 @@
-"""Time the whole pipeline (`trajpriv run`) on a config, per stage, with peak memory.
+"""Time the pipeline on a config, per stage, with the peak memory of each stage.
 
-    .venv/bin/python bench/bench_pipeline.py                          # the embedded default
+    .venv/bin/python bench/bench_pipeline.py                      # `trajpriv run` on the default
     .venv/bin/python bench/bench_pipeline.py --config conf/telecom_shanghai.yaml \
-        --set train.enabled=false --set synthesize.enabled=false
+        --root /tmp/full --stages collect,evaluate                # stages on an existing root
 
-Runs the stages in a scratch data root (deleted afterwards unless --keep), one Spark session as
-`make run` does, and prints the wall time of each stage (from the stage harness's log line), the
-total, and the peak resident memory of the whole process tree (the CLI, the Spark driver JVM and
-its Python workers), sampled from /proc every half second.
+Two modes:
+- whole run (default): `trajpriv run` in one process and one Spark session, as `make run` does;
+  the wall time of each stage comes from the stage harness's log line, the peak memory is that of
+  the whole run;
+- `--stages a,b,...`: each stage as its own `trajpriv <stage>` process, one after the other, so
+  each stage gets its own wall time (Spark start included) and its own peak memory. This is how
+  the Telecom-scale load test runs: the figures say which stage needs the memory.
+
+Peak memory is the resident memory of the whole process tree (the CLI, the Spark driver JVM and
+its Python workers), sampled from /proc every half second. The data root is a scratch folder
+deleted afterwards, unless `--root` names one (kept) or `--keep` is given. `--json FILE` writes
+the figures (with the machine's memory and load average) for the README.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -53,25 +62,8 @@ def tree_rss_bytes(root_pid: int) -> int:
     return total
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(ROOT / "conf" / "default.yaml"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--keep", action="store_true", help="keep the scratch data root")
-    args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="trajpriv_bench_"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "jobs.cli",
-        "run",
-        "--config",
-        args.config,
-        "--set",
-        f"storage.root={scratch}",
-    ]
-    for item in args.overrides:
-        cmd += ["--set", item]
+def run_measured(cmd: list[str]) -> tuple[int, str, float, int]:
+    """Run cmd from the project root; returns (exit code, log, wall s, peak tree RSS bytes)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -88,24 +80,101 @@ def main() -> int:
     log, _ = proc.communicate()
     wall = time.perf_counter() - t0
     sampler.join()
-    peak_gib = peak[0] / 2**30
-    stages = STAGE_LINE.findall(log)
-    print(f"config {args.config} {' '.join(args.overrides)}")
-    print(f"{'stage':<12}{'status':<8}{'wall s':>10}")
-    for name, status, secs in stages:
-        print(f"{name:<12}{status:<8}{float(secs):>10.1f}")
-    print(f"{'total':<20}{wall:>10.1f}   (process wall time, Spark start included)")
-    print(f"peak resident memory of the process tree: {peak_gib:.2f} GiB")
+    return proc.returncode, log, wall, peak[0]
+
+
+def machine() -> dict[str, object]:
+    """Memory and load of this machine, so a figure can be read against them."""
+    mem_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    return {
+        "cpus": os.cpu_count(),
+        "mem_total_gib": round(mem_kib / 2**20, 1),
+        "loadavg_1_5_15": list(os.getloadavg()),
+    }
+
+
+def stage_rows(args: argparse.Namespace, base: list[str]) -> tuple[int, list[dict], str]:
+    """Each stage of --stages as its own process; stops at the first failure."""
+    rows, code, last_log = [], 0, ""
+    for stage in args.stages.split(","):
+        code, last_log, wall, peak = run_measured(base[:3] + [stage] + base[4:])
+        inner = STAGE_LINE.findall(last_log)
+        rows.append(
+            {
+                "stage": stage,
+                "status": "ok" if code == 0 else "failed",
+                "wall_s": round(wall, 1),
+                "stage_s": float(inner[-1][2]) if inner else None,
+                "peak_gib": round(peak / 2**30, 2),
+            }
+        )
+        if code != 0:
+            break
+    return code, rows, last_log
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "conf" / "default.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--root", help="data root to use and keep (default: a scratch folder)")
+    parser.add_argument("--stages", help="comma-separated stages, each its own process")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch data root")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="trajpriv_bench_"))
+    base = [sys.executable, "-m", "jobs.cli", "run", "--config", args.config]
+    base += ["--set", f"storage.root={root}"]
+    for item in args.overrides:
+        base += ["--set", item]
+    t0 = time.perf_counter()
+    if args.stages:
+        code, rows, log = stage_rows(args, base)
+    else:
+        code, log, wall, peak = run_measured(base)
+        rows = [
+            {"stage": name, "status": status, "stage_s": float(secs), "wall_s": None}
+            for name, status, secs in STAGE_LINE.findall(log)
+        ]
+        rows.append(
+            {
+                "stage": "run (whole)",
+                "status": "ok" if code == 0 else "failed",
+                "wall_s": round(wall, 1),
+                "peak_gib": round(peak / 2**30, 2),
+            }
+        )
+    total = time.perf_counter() - t0
+    print(f"config {args.config} {' '.join(args.overrides)}  root {root}")
+    print(f"{'stage':<14}{'status':<8}{'stage s':>10}{'wall s':>10}{'peak GiB':>10}")
+    for row in rows:
+        cells = [row.get(k) for k in ("stage_s", "wall_s", "peak_gib")]
+        text = "".join(f"{c:>10.1f}" if c is not None else f"{'':>10}" for c in cells)
+        print(f"{row['stage']:<14}{row['status']:<8}{text}")
+    print(f"{'total':<22}{total:>20.1f}   (process wall time, Spark starts included)")
     report = re.search(r"written (\S+report\.html)", log)
     if report:
         print(f"report: {report.group(1)}")
-    if proc.returncode != 0:
+    if code != 0:
         print(log[-3000:], file=sys.stderr)
-    if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        figures = {
+            "config": args.config,
+            "overrides": args.overrides,
+            "stages": rows,
+            "total_s": round(total, 1),
+            "machine": machine(),
+        }
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    if args.root or args.keep:
+        print(f"data root kept: {root}")
     else:
-        print(f"data root kept: {scratch}")
-    return proc.returncode
+        shutil.rmtree(root, ignore_errors=True)
+    return code
 
 
 if __name__ == "__main__":
