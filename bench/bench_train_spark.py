@@ -3,13 +3,15 @@
 Data: Geolife (83 users, ../shared/data/geolife_pategail, models.data.load_geolife) and a
 synthetic Telecom-shaped slice of 9,481 users (random home/work days on 3,233 locations; only
 the shape matters for timing). Each configuration runs `models.distributed.run_rank` through
-TorchDistributor(local_mode=True, use_gpu=False) in a local[2] session (no catalog tables: the
-shards are handed to the ranks in memory) and reports:
+TorchDistributor(use_gpu=False) in a local[2] session (no catalog tables: the shards are handed
+to the ranks in memory), with local_mode=True (torchrun on the driver, `--modes local`) and/or
+local_mode=False (one barrier Spark task per rank, `--modes barrier`), and reports:
   round_s     mean seconds per round on the slowest rank (rollout + critics + release + PPO)
   launch_s    wall time of distributor.run minus the slowest rank's setup + rounds
               (torchrun start, interpreter + torch import, process-group rendezvous, teardown)
   setup_s     rank setup (expert features, critics) on the slowest rank
 Usage: python bench/bench_train_spark.py [--rounds 3] [--telecom-users 9481] [--skip-telecom]
+       [--modes local,barrier]
 Note the machine load (printed) when reading the figures.
 """
 
@@ -55,18 +57,21 @@ def telecom_slice(n_users: int, n_loc: int = 3233, days: int = 4, seed: int = 0)
     return TrainData(per_user, coords, list(range(n_users)))
 
 
-def bench(spark, name: str, data: TrainData, world: int, rounds: int, out: Path) -> dict:
+def bench(spark, name: str, data: TrainData, world: int, rounds: int, out: Path,
+          local_mode: bool = True) -> dict:
     from pyspark.ml.torch.distributor import TorchDistributor
 
     cfg = {"rounds": rounds, "episodes_per_round": 64, "noise": 1.0, "seed": 1,
            "target_epsilon": None}
-    job = RankJob(cfg, 4, functools.partial(shard_of, data), str(out / f"{name}-{world}"))
+    mode = "local" if local_mode else "barrier"
+    job = RankJob(cfg, 4, functools.partial(shard_of, data), str(out / f"{name}-{world}-{mode}"))
     t0 = time.perf_counter()
-    res = TorchDistributor(num_processes=world, local_mode=True, use_gpu=False).run(run_rank, job)
+    res = TorchDistributor(num_processes=world, local_mode=local_mode,
+                           use_gpu=False).run(run_rank, job)
     wall = time.perf_counter() - t0
     s = check_summary(res, world)
     slow = max(s["ranks"], key=lambda r: r["setup_s"] + r["rounds_s"])
-    return {"data": name, "users": data.n_users, "processes": world,
+    return {"data": name, "users": data.n_users, "processes": world, "mode": mode,
             "round_s": slow["rounds_s"] / rounds, "setup_s": slow["setup_s"],
             "launch_s": wall - slow["setup_s"] - slow["rounds_s"], "wall_s": wall}
 
@@ -76,13 +81,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--telecom-users", type=int, default=9481)
     ap.add_argument("--skip-telecom", action="store_true")
+    ap.add_argument("--modes", default="local",
+                    help="comma list of local (torchrun on the driver) and barrier (Spark tasks)")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "1")
              .getOrCreate())
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if set(modes) - {"local", "barrier"}:
+        ap.error(f"--modes: unknown {sorted(set(modes) - {'local', 'barrier'})}")
     out = Path("/tmp/bench_train_spark")
     sets = []
     if GEOLIFE.is_dir():
@@ -93,10 +104,10 @@ def main() -> None:
         sets.append(("telecom", telecom_slice(args.telecom_users)))
     print(f"load average at start: {os.getloadavg()}, cpus: {os.cpu_count()}")
     for name, data in sets:
-        for world in (1, 2):
-            r = bench(spark, name, data, world, args.rounds, out)
+        for mode, world in [(m, w) for m in modes for w in (1, 2)]:
+            r = bench(spark, name, data, world, args.rounds, out, local_mode=mode == "local")
             print(f"{r['data']:8s} users={r['users']:5d} processes={r['processes']} "
-                  f"round_s={r['round_s']:.2f} setup_s={r['setup_s']:.2f} "
+                  f"mode={r['mode']:7s} round_s={r['round_s']:.2f} setup_s={r['setup_s']:.2f} "
                   f"launch_s={r['launch_s']:.2f} wall_s={r['wall_s']:.2f}", flush=True)
     print(f"load average at end: {os.getloadavg()}")
     spark.stop()

@@ -6,6 +6,7 @@ Geolife (the shared PateGail split, per user 70 % training days / 30 % held out)
 - LiRA with K shadow models of the same recipe, score = mean log-likelihood of the day's actions
   under the policy (the generator), online and offline; and, on the same shadows, LiRA with the
   claimed user's critic reward as score.
+Both through `models.attacks.membership_attacks`, the sequence `trajpriv evaluate --attacks` runs.
 CHI (Gowalla check-ins, TP/ATP ingestion: 3 h gap, at most 8 points per trajectory): home
 re-identification within 1 km for raw points, ATP at epsilon 1, 4, 10 and UNIFORM. True home =
 density mode of the user's raw night check-ins (20:00-07:00 Chicago time; timestamps read as UTC),
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,22 +29,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-import models.train  # noqa: F401  (the trainer is loaded once, when the run starts)
 from models.attacks import (
-    critic_score,
     fit_trainer,
-    fit_with_critics,
     home_reidentification,
-    lira_report,
-    policy_score,
-    run_lira,
-    run_membership,
+    membership_attacks,
     split_member_days,
 )
 from models.config import TrainConfig
 from models.data import load_geolife
-from models.env import MobilityEnv
-from models.features import expert_trajectories
+from models.train import fit
 from udfs.collect import perturb
 from udfs.space import LocationSpace
 from udfs.trajectories import build_trajectories
@@ -56,8 +49,6 @@ log = logging.getLogger("reproduce_attacks")
 def geolife(args) -> list[dict]:
     data, _, _ = load_geolife(SHARED / "geolife_pategail")
     train, cands = split_member_days(data, args.member_fraction, args.seed)
-    coords = data.coords
-    traj = expert_trajectories(MobilityEnv(coords, k_nearest=1), cands.days)  # label once
     rows = []
     for noise in [float(x) for x in args.noises.split(",")]:
         for scheme in ("pategail", "pategail++"):
@@ -65,36 +56,22 @@ def geolife(args) -> list[dict]:
                               episodes_per_round=args.episodes,
                               critic_kind="bce" if scheme == "pategail" else "wgan")
             t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory() as work:
-                target = fit_with_critics(cfg, train, Path(work) / "target")
-                t1 = time.perf_counter()
-                wb = run_membership(target, coords, cands, seed=args.seed, n_boot=args.boot,
-                                    traj=traj)
-                t2 = time.perf_counter()
-                lira_p, extra = run_lira(
-                    fit_trainer(cfg, work), lambda m, c: policy_score(m, coords, c, traj),
-                    target, cands, data, n_shadows=args.shadows, online=True, seed=args.seed,
-                    n_boot=args.boot, name="lira_policy")
-                t3 = time.perf_counter()
-                lira_p_off = lira_report(extra["target"], extra["scores"], extra["in_mask"], cands,
-                                         online=False, seed=args.seed, n_boot=args.boot,
-                                         name="lira_policy_offline")
-                lira_c, _ = run_lira(
-                    None, lambda m, c: critic_score(m, coords, c, traj), target, cands, data,
-                    n_shadows=args.shadows, online=True, seed=args.seed, n_boot=args.boot,
-                    name="lira_critic", shadow_models=extra["shadows"])
-                t4 = time.perf_counter()
-            row = {"scheme": scheme, "noise": noise, "rounds": target.fit_result.rounds_done,
-                   "epsilon": target.fit_result.accountant["epsilon"],
-                   "seconds": {"target_fit": t1 - t0, "whitebox": t2 - t1,
-                               "lira_shadows": t3 - t2, "lira_rest": t4 - t3}}
-            for rep in (wb, lira_p, lira_p_off, lira_c):
+            target = fit(cfg, train)  # FitResult: policy and critics
+            t1 = time.perf_counter()
+            reports, seconds = membership_attacks(
+                target, data.coords, cands, data, fit_trainer(cfg), n_shadows=args.shadows,
+                seed=args.seed, n_boot=args.boot)
+            row = {"scheme": scheme, "noise": noise, "rounds": target.rounds_done,
+                   "epsilon": target.accountant["epsilon"],
+                   "seconds": {"target_fit": t1 - t0, **seconds}}
+            for rep in reports:
                 row[rep.attack] = rep.to_dict()
             rows.append(row)
-            print(f"{scheme} noise={noise}: whitebox AUC {wb.auc:.3f} "
-                  f"[{wb.auc_ci[0]:.3f}, {wb.auc_ci[1]:.3f}], LiRA(policy) {lira_p.auc:.3f}, "
-                  f"LiRA(policy, offline) {lira_p_off.auc:.3f}, LiRA(critic) {lira_c.auc:.3f} "
-                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
+            wb, lp, lc = row["whitebox_mia"], row["lira_policy"], row["lira_critic"]
+            print(f"{scheme} noise={noise}: whitebox AUC {wb['auc']:.3f} "
+                  f"[{wb['auc_ci'][0]:.3f}, {wb['auc_ci'][1]:.3f}], LiRA(policy) {lp['auc']:.3f}, "
+                  f"LiRA(policy, offline) {row['lira_policy_offline']['auc']:.3f}, "
+                  f"LiRA(critic) {lc['auc']:.3f} ({time.perf_counter() - t0:.0f}s)", flush=True)
     return rows
 
 

@@ -1,15 +1,18 @@
-"""Attacks run by `trajpriv evaluate --attacks`: home re-identification on the published tables.
+"""Attacks run by `trajpriv evaluate --attacks` (`evaluate.attack_kinds`, all three by default).
 
-For a deterministic sample of users (by pseudonym order, at most `MAX_USERS` so the points fit on
-the driver), the true home comes from raw night-time points; the attacker infers a home from
-each published view of the same users with one rule (`models.attacks.home`: the point with the
-most of the user's other points within 0.5 km), applied alike to:
-- `raw` (the raw points without their times: the upper end of the scale),
-- every (mechanism, epsilon) of the latest collection (`uniform` is the lower end).
-The linking of pseudonyms to users happens here, in the trusted zone; only the shares are
-published (`trajpriv_pub.evaluation`, metric `home_reid_share` and its 95% bootstrap interval).
-The membership attacks need the trained critics and shadow models and run from
-`bench/reproduce_attacks.py`.
+- `home`: home re-identification on the published tables. For a deterministic sample of users
+  (by pseudonym order, at most `MAX_USERS` so the points fit on the driver), the true home comes
+  from raw night-time points; the attacker infers a home from each published view of the same
+  users with one rule (`models.attacks.home`: the point with the most of the user's other points
+  within 0.5 km), applied alike to `raw` (the raw points without their times: the upper end of
+  the scale) and every (mechanism, epsilon) of the latest collection (`uniform` is the lower
+  end). Metrics `home_reid_*` (share within 1 km and its 95% bootstrap interval).
+- `whitebox`, `lira`: membership inference against the train run(s) being evaluated
+  (`jobs/attacks_membership.py`): members are the run's training days, non-members held-out
+  days of the same users. Metrics `whitebox_mia_*`, `lira_policy_*`, `lira_policy_offline_*`,
+  `lira_critic_*` (AUC, balanced accuracy, TPR at 1% FPR, each with its bootstrap interval).
+The linking of pseudonyms to users happens here, in the trusted zone; only the figures are
+published (`trajpriv_pub.evaluation`).
 Row shapes: raw points (user_id, ts, lat, lon) -> sample (who, ts, lat, lon) -> per setting
 published points (who, lat, lon) -> one share per setting.
 """
@@ -40,7 +43,31 @@ def _rows(method: str, setting: float | None, result: dict[str, Any]) -> list[di
     ]
 
 
-def run_attacks(spark: SparkSession, cfg: Config) -> tuple[list[dict], dict[str, Any]]:
+def run_attacks(spark: SparkSession, cfg: Config,
+                targets: list[tuple[str, str, float]] | None = None
+                ) -> tuple[list[dict], dict[str, Any]]:
+    """Evaluation rows and figures of `evaluate.attack_kinds` for `cfg.dataset`; `targets`:
+    (train run id, model, epsilon) to attack (default: `attacks_membership.attack_targets`)."""
+    kinds = set(cfg.evaluate.attack_kinds)
+    rows: list[dict] = []
+    figures: dict[str, Any] = {}
+    if "home" in kinds:
+        rows, figures = home_attack(spark, cfg)
+    if kinds & {"whitebox", "lira"}:
+        from jobs.attacks_membership import attack_run, attack_targets
+
+        targets = attack_targets(spark, cfg) if targets is None else targets
+        if not targets:
+            log.warning("no train run of %s to attack: membership attacks skipped", cfg.dataset)
+        for run_id, model, epsilon in targets:
+            more, figs = attack_run(spark, cfg, run_id, model, epsilon)
+            rows += more
+            prefix = "" if len(targets) == 1 else f"{model}_"
+            figures.update({f"{prefix}{k}": v for k, v in figs.items()})
+    return rows, figures
+
+
+def home_attack(spark: SparkSession, cfg: Config) -> tuple[list[dict], dict[str, Any]]:
     """Evaluation rows and figures of home re-identification for `cfg.dataset`."""
     key = pseudonym_key(cfg.storage.secrets)
     raw = read_table(spark, "trajpriv_raw.points").where(F.col("dataset") == cfg.dataset)

@@ -37,6 +37,9 @@ class StorageConfig(_Section):
     """Where every table, landing file, model artefact and report lives."""
 
     root: Path = Path("./data")
+    # seconds a job waits for another process to release the embedded Derby metastore of this
+    # root (one JVM at a time) before it fails saying which process holds it
+    metastore_wait_s: float = Field(60.0, ge=0)
 
     @property
     def warehouse(self) -> Path:
@@ -263,10 +266,12 @@ class TrainConfig(_Section):
     delta: float = Field(1e-5, gt=0, lt=1)
     rounds: int = Field(20, ge=1)
     num_processes: int = Field(1, ge=1)
-    use_gpu: bool = False
+    use_gpu: bool = False  # NCCL, one GPU per rank (cuda:LOCAL_RANK); checked at start
     holdout_fraction: float = Field(0.3, gt=0, lt=1)
     blocks: int = Field(4, ge=1)
-    local_mode: bool = True  # TorchDistributor local_mode (ranks on the driver)
+    # TorchDistributor local_mode: true = torchrun on the driver host; false = one barrier Spark
+    # task per rank (needs num_processes free task slots, checked at start on a local master)
+    local_mode: bool = True
     timeout_s: float = Field(1800.0, gt=0)  # collective timeout of the process group
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -287,8 +292,29 @@ class SynthesizeConfig(_Section):
 
 
 class EvaluateConfig(_Section):
+    """`attacks` (or `trajpriv evaluate --attacks`) runs `attack_kinds` on the dataset's latest
+    results: home re-identification on the published points; white-box MIA and LiRA against the
+    train run(s) whose synthetic days are evaluated, with that run's training days as members
+    and held-out days of the same users as non-members. `attack_users`: at most this many users
+    (sampled by pseudonym) are attacked; `lira_shadows`: shadow models trained with the run's
+    recipe (each costs about one in-process training on those users' days);
+    `attack_bootstrap`: bootstrap replicates of every confidence interval."""
+
     mode: Literal["paper", "geo"] = "geo"
     attacks: bool = False
+    attack_kinds: list[Literal["home", "whitebox", "lira"]] = Field(
+        default_factory=lambda: ["home", "whitebox", "lira"])
+    attack_users: int = Field(300, ge=2)
+    lira_shadows: int = Field(4, ge=2, le=256)
+    attack_bootstrap: int = Field(500, ge=20, le=100_000)
+
+    @field_validator("attack_kinds")
+    @classmethod
+    def _kinds(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"name each of home, whitebox, lira at most once, at least one; got "
+                             f"{value}")
+        return value
 
 
 class ReportConfig(_Section):

@@ -7,6 +7,9 @@ Comparisons made for `cfg.dataset` (each one row per metric in `trajpriv_pub.eva
 - each (mechanism, epsilon) of the latest collection vs the same raw trajectories: the raw and
   the perturbed points are put into 48-slot days with the raw timestamps (this runs in the
   trusted zone; only the divergences are published), so the only difference is the mechanism.
+With `--attacks` (or `evaluate.attacks`), also the attacks of `jobs/attacks.py`: home
+re-identification, and white-box MIA and LiRA against the train runs behind the synthetic days
+compared above (rows with the same method and setting as their divergences).
 Statistics per `evaluate.mode` (`geo` by default, `paper` for the PateGail definitions), by
 `jobs.mobility_spark.jsd_metrics_spark`: Spark reduces each table to small histograms, the
 driver computes the JSDs with the numpy core.
@@ -54,7 +57,8 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attacks",
         action="store_true",
-        help="also run the attacks on the published data (evaluate.attacks in config)",
+        help="also attack the output: home re-identification, white-box membership inference "
+        "and LiRA (evaluate.attacks / evaluate.attack_kinds in config)",
     )
 
 
@@ -203,9 +207,11 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
 
     if train is not None:
         compare("real_train", "real_train", None, held_out, remap_slots(train, mapping))
+    targets: list[tuple[str, str, float]] = []  # train runs behind the synthetic days
     if table_exists(spark, SYNTHETIC):
         synth = latest_runs(spark, SYNTHETIC, cfg.dataset, ["model"])
-        for row in synth.select("model", "epsilon").distinct().collect():
+        for row in synth.select("run_id", "model", "epsilon").distinct().collect():
+            targets.append((row["run_id"], row["model"], float(row["epsilon"])))
             part = synth.where(
                 (F.col("model") == row["model"]) & (F.col("epsilon") == row["epsilon"])
             )
@@ -241,13 +247,15 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     if cfg.evaluate.attacks or getattr(ctx.args, "attacks", False):
         from jobs.attacks import run_attacks
 
-        attack_rows, attack_figures = run_attacks(spark, cfg)
+        t0 = time.perf_counter()
+        attack_rows, attack_figures = run_attacks(spark, cfg, targets or None)
+        timings["attacks"] = round(time.perf_counter() - t0, 2)
         rows.extend(attack_rows)
     written = write_evaluation(spark, rows, run_id=ctx.run_id, dataset=cfg.dataset)
     finite = [r for r in rows if r["value"] is not None and math.isfinite(r["value"])]
     return {
         "mode": mode,
-        "comparisons": len(timings),
+        "comparisons": len([k for k in timings if k != "attacks"]),
         "rows": written,
         "finite_rows": len(finite),
         "seconds": timings,

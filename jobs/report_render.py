@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 MOBILITY_METRICS = ("distance", "radius", "duration", "dailyloc", "grank", "irank")
+# attack metric names (jobs/attacks.py): <attack>_<figure>[_lo|_hi]
+MEMBERSHIP_METRIC = re.compile(
+    r"^(?P<attack>whitebox_mia|lira_policy_offline|lira_policy|lira_critic)_"
+    r"(?P<figure>auc|balanced_accuracy|tpr_at_[0-9.]+pct_fpr|n_eval)(?P<side>_lo|_hi)?$")
+ATTACK_CONTEXT = ("attack_users", "lira_shadows")
+ATTACK_LABELS = {"whitebox_mia": "white-box MIA (critics)", "lira_policy": "LiRA, policy",
+                 "lira_policy_offline": "LiRA, policy, offline", "lira_critic": "LiRA, critic"}
 KIND_STYLE = {
     "real": ("#1b9e77", "o"),
     "perturbed": ("#d95f02", "x"),
@@ -125,8 +133,99 @@ def _table_html(frame: pd.DataFrame) -> str:
     return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t")
 
 
+def is_attack_metric(metric: pd.Series) -> pd.Series:
+    """Rows that are attack figures (shown in the attack tables, not in the metric table)."""
+    m = metric.astype(str)
+    return (m.str.match(MEMBERSHIP_METRIC.pattern) | m.str.startswith("home_reid_")
+            | m.isin(ATTACK_CONTEXT))
+
+
+def _ci(value: float, lo: float, hi: float) -> str:
+    return "" if pd.isna(value) else f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def membership_table(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, setting, attack): AUC, balanced accuracy and TPR at low FPR, each
+    with its 95% bootstrap interval, and how many candidate days the figures come from."""
+    parts = evaluation["metric"].astype(str).str.extract(MEMBERSHIP_METRIC.pattern)
+    rows = evaluation.join(parts).dropna(subset=["attack"])
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(key=rows["figure"] + rows["side"].fillna(""),
+                       setting=pd.to_numeric(rows["setting"], errors="coerce"))
+    wide = rows.pivot_table(index=["method", "setting", "attack"], columns="key",
+                            values="value", aggfunc="mean").reset_index()
+    tpr = next((c for c in wide.columns if str(c).startswith("tpr_at_")
+                and not str(c).endswith(("_lo", "_hi"))), None)
+    pct = tpr[len("tpr_at_"):-len("pct_fpr")] if tpr else "1"
+    out = pd.DataFrame({
+        "method": wide["method"], "setting": wide["setting"],
+        "attack": wide["attack"].map(lambda a: ATTACK_LABELS.get(a, a)),
+        "AUC [95% CI]": [_ci(*v) for v in wide[["auc", "auc_lo", "auc_hi"]].to_numpy()],
+        "balanced accuracy [95% CI]": [
+            _ci(*v) for v in wide[["balanced_accuracy", "balanced_accuracy_lo",
+                                   "balanced_accuracy_hi"]].to_numpy()],
+        f"TPR at {pct}% FPR [95% CI]": [
+            _ci(*v) for v in wide[[tpr, f"{tpr}_lo", f"{tpr}_hi"]].to_numpy()] if tpr else "",
+        "days evaluated": wide.get("n_eval", pd.Series(dtype=float)).astype("Int64"),
+    })
+    order = list(ATTACK_LABELS.values())
+    return out.assign(_a=out["attack"].map(order.index)).sort_values(
+        ["method", "setting", "_a"]).drop(columns="_a")
+
+
+def home_table(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Home re-identification per published view: share of users whose inferred home lies
+    within 1 km of the true one (95% interval) and the median error."""
+    home = evaluation[evaluation["metric"].astype(str).str.startswith("home_reid_")]
+    if home.empty:
+        return pd.DataFrame()
+    wide = _wide(home).dropna(subset=["home_reid_share_within_km"])
+    ends = {"raw": 0, "perturbed_uniform": 2}  # the two ends of the scale first and last
+    wide = wide.assign(_o=wide["method"].map(lambda m: ends.get(m, 1))).sort_values(
+        ["_o", "method", "setting"]).drop(columns="_o")
+    return pd.DataFrame({
+        "published view": wide["method"], "epsilon": wide["setting"],
+        "home within 1 km [95% CI]": [
+            _ci(*v) for v in wide[["home_reid_share_within_km", "home_reid_share_lo",
+                                   "home_reid_share_hi"]].to_numpy()],
+        "median error (km)": wide.get("home_reid_median_error_km"),
+    })
+
+
+def utility_and_attacks(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """For each (method, setting) that was attacked: its mobility divergences next to the
+    membership AUCs of the same run, so privacy and utility are read on one line."""
+    parts = evaluation["metric"].astype(str).str.extract(MEMBERSHIP_METRIC.pattern)
+    auc = evaluation[(parts["figure"] == "auc") & parts["side"].isna()]
+    if auc.empty:
+        return pd.DataFrame()
+    keep = pd.concat([evaluation[evaluation["metric"].isin(MOBILITY_METRICS)],
+                      auc.assign(metric=parts.loc[auc.index, "attack"]
+                                 .map(lambda a: f"{ATTACK_LABELS.get(a, a)} AUC"))])
+    wide = _wide(keep)
+    cols = [f"{v} AUC" for v in ATTACK_LABELS.values() if f"{v} AUC" in wide.columns]
+    wide = wide.dropna(subset=cols, how="all")  # attacked (method, setting) pairs only
+    cols = [m for m in MOBILITY_METRICS if m in wide.columns] + cols
+    return wide[["method", "setting", *cols]]
+
+
+def _wide(rows: pd.DataFrame) -> pd.DataFrame:
+    """(method, setting, metric, value) rows -> one row per (method, setting) that occurs
+    (a setting may be missing, as for `raw`), one column per metric."""
+    rows = rows.assign(setting=pd.to_numeric(rows["setting"], errors="coerce"))
+    wide = (rows.groupby(["method", "setting", "metric"], dropna=False)["value"].mean()
+            .unstack("metric").reset_index())
+    wide.columns.name = None
+    return wide
+
+
 def metric_table(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """Every metric per method and setting, one row per (method, setting)."""
+    """Every utility metric per method and setting, one row per (method, setting); attack
+    figures have their own tables."""
+    if evaluation.empty:
+        return evaluation
+    evaluation = evaluation[~is_attack_metric(evaluation["metric"])]
     if evaluation.empty:
         return evaluation
     wide = evaluation.pivot_table(
@@ -146,10 +245,25 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "Map of a few users": plot_map(inputs.map_points),
         "Training curves": plot_training(inputs.training),
     }
+    membership = membership_table(inputs.evaluation)
+    home = home_table(inputs.evaluation)
     sections = [
         f"<h1>trajpriv report: {html.escape(inputs.dataset)}</h1>",
-        "<h2>Every metric per method and setting</h2>",
+        "<h2>Every utility metric per method and setting</h2>",
         _table_html(metric_table(inputs.evaluation)),
+        "<h2>Utility and attacks of the same run</h2>",
+        "<p>Mobility divergences (lower is better) next to the membership-inference AUCs of the "
+        "same trained model (0.5 = the attacker cannot tell training days from held-out days "
+        "of the same users). Run <code>trajpriv evaluate --attacks</code> to fill this.</p>",
+        _table_html(utility_and_attacks(inputs.evaluation)),
+        "<h2>Membership inference</h2>",
+        "<p>Figures on the attacker's held-out half of the candidate days; an interval that "
+        "contains 0.5 (AUC, balanced accuracy) or the FPR itself (TPR) means no signal found "
+        "at this sample size.</p>",
+        _table_html(membership),
+        "<h2>Home re-identification</h2>",
+        "<p>Read between raw (no protection) and uniform (chance from the public map).</p>",
+        _table_html(home),
         "<h2>Privacy spent</h2>",
         _table_html(inputs.privacy),
     ]
@@ -177,6 +291,8 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "evaluation": inputs.evaluation.to_dict(orient="records"),
         "training": inputs.training.to_dict(orient="records"),
         "privacy": inputs.privacy.to_dict(orient="records"),
+        "attacks": {"membership": membership.to_dict(orient="records"),
+                    "home": home.to_dict(orient="records")},
         "map_points": int(len(inputs.map_points)),
         "figures_drawn": [title for title, data in images.items() if data is not None],
     }

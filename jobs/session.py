@@ -15,6 +15,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.config import Config
+from jobs.metastore_lock import check_metastore_free
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ _BASE_CONF = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": "6g",
     "spark.sql.adaptive.enabled": "true",
+    # List a table's partition folders on the driver up to this many (a parallel listing is a
+    # Spark job of one task per folder: seconds for a 182-day table on a local disk). Clusters
+    # with remote storage and huge tables may lower it again through `spark.conf`.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
     # A barrier stage (TorchDistributor) that cannot get its slots fails fast, not after 10 min.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
 }
@@ -61,6 +66,7 @@ def get_spark(cfg: Config) -> SparkSession:
     """
     root = cfg.storage.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
+    check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # Derby: 1 JVM
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)

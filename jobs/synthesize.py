@@ -88,7 +88,7 @@ def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -
     from models.synthesis import synthesize
 
     torch.set_num_threads(1)
-    art = torch.load(io.BytesIO(blob), weights_only=False)
+    art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
     meta = art["meta"]
     env = MobilityEnv(np.asarray(meta["coords"]), art["k_nearest"], art["explore_exponent"])
     policy = PolicyNet(art["n_locations"], art["loc_dim"], art["slot_dim"], art["hidden"])
@@ -154,7 +154,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
 def _peek(blob: bytes) -> dict:
     import torch
 
-    art = torch.load(io.BytesIO(blob), weights_only=False)
+    art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
     return {"scheme": art["scheme"]}
 
 

@@ -1,13 +1,15 @@
 """`trajpriv train`: PateGAIL / PateGAIL++ over sharded users with TorchDistributor.
 
 Steps (plan, then spend):
-1. driver: build and validate the model config (ConfigError before any Spark work);
+1. driver: build and validate the model config and the devices (ConfigError before any Spark
+   work; `check_devices`, `check_spark_gpus`);
 2. Spark: write the train/held-out split (`trajpriv_raw.slot_days_split`, see jobs/train_data.py)
    and stage the training days as Parquet partitioned by rank (hash of the user id);
-3. TorchDistributor(num_processes=W, local_mode=train.local_mode, use_gpu=False) runs
-   `models.distributed.run_rank` on every rank: gloo process group, each rank reads only its
-   shard, critics stay on their rank, pairs all-gathered, moments all-reduced, rank 0 draws the
-   noise and broadcasts, DDP policy; rank 0 writes the artefacts;
+3. TorchDistributor(num_processes=W, local_mode=train.local_mode, use_gpu=train.use_gpu) runs
+   `models.distributed.run_rank` on every rank: gloo process group (NCCL for device tensors with
+   use_gpu, each rank on cuda:LOCAL_RANK), each rank reads only its shard, critics stay on their
+   rank, pairs all-gathered, moments all-reduced, rank 0 draws the noise and broadcasts, DDP
+   policy; rank 0 writes the artefacts;
 4. driver: the summary must be complete (`check_summary`: ok flag, every rank, same rounds,
    artefacts on disk), else the job fails with the failing rank's message; staging removed.
 
@@ -15,8 +17,20 @@ Why the summary check: with local_mode=True TorchDistributor returns whichever r
 output last and swallows a failing rank (measured, DESIGN.md section 6), so every rank returns the
 same summary and the driver checks it. Hard-killed ranks leave `rank<r>.error` files, read here.
 
+Where the ranks run. train.local_mode=true (default): torchrun on the driver host. false: one
+barrier Spark task per rank (the ranks are children of executor Python workers; the value
+returned is rank 0's); it needs num_processes free task slots (on local[N], N >= num_processes)
+and fails at once otherwise (`spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures=1`,
+jobs/session.py).
+GPUs (train.use_gpu=true). The driver refuses to start unless the ranks can get one GPU each:
+where they run on this host (local_mode or a local master) torch must see >= num_processes CUDA
+devices, and Spark must list them (TorchDistributor takes them from the Spark resources and would
+otherwise silently lower num_processes, or raise a bare RuntimeError).
+
 Artefacts: `<storage.root>/runs/<run_id>/` policy.pt, accountant.json, history.json,
-train_config.json (no seed), checkpoint/ (sharded, resumable with `--resume RUN_ID`).
+train_config.json (no seed), critics/rank<r>.pt (each rank's users' critics keyed by user, merged
+by `models.critic_store.load_user_critics` for the attacks), checkpoint/ (sharded, resumable with
+`--resume RUN_ID`).
 Figures (into trajpriv_pub.runs): epsilon, delta, rounds, rewards, timings.
 The training seed: `train.options.seed` if given, else derived by HMAC from the raw zone's run key
 and the config seed (so published figures never let anyone recompute the noise).
@@ -31,6 +45,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -78,10 +93,90 @@ def model_config(cfg: Config, seed: int | None = None) -> TrainConfig:
     return mc
 
 
-def _check_devices(cfg: Config) -> None:
-    if cfg.train.use_gpu:
-        raise ConfigError("train.use_gpu=true: the models run on CPU (gloo) only for now; set "
-                          "train.use_gpu=false")
+def ranks_on_this_host(cfg: Config) -> bool:
+    return cfg.train.local_mode or cfg.spark.master.strip().startswith("local")
+
+
+def local_task_slots(cfg: Config) -> int | None:
+    """Task slots of a local master (local, local[N], local[*], local[N,F]) over spark.task.cpus;
+    None for a cluster master (Spark itself refuses a barrier stage without enough slots)."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", cfg.spark.master.strip())
+    if m is None:
+        return None
+    if m.group(1) is None:
+        cores = 1
+    elif m.group(1) == "*":
+        cores = os.cpu_count() or 1
+    else:
+        cores = int(m.group(1))
+    return cores // max(1, int(cfg.spark.conf.get("spark.task.cpus", 1)))
+
+
+def check_slots(cfg: Config) -> None:
+    """train.local_mode=false runs one barrier task per rank, all at once."""
+    slots = local_task_slots(cfg)
+    w = cfg.train.num_processes
+    if not cfg.train.local_mode and slots is not None and slots < w:
+        raise ConfigError(
+            f"train.local_mode=false runs each of the train.num_processes={w} ranks as a Spark "
+            f"barrier task, all at once, but spark.master={cfg.spark.master} has {slots} task "
+            f"slot(s): set train.num_processes<={slots}, give the master more cores "
+            f"(spark.master=local[{w}]), or set train.local_mode=true")
+
+
+def check_devices(cfg: Config) -> None:
+    """train.use_gpu preflight on the driver, before the session does any work: one CUDA device
+    per rank where the ranks run on this host. (Ranks on remote executors check their own with
+    `models.distributed.select_placement`.)"""
+    tc = cfg.train
+    if not tc.use_gpu or not ranks_on_this_host(cfg):
+        return
+    import torch
+
+    where = ("train.local_mode=true" if tc.local_mode
+             else f"spark.master={cfg.spark.master} runs the executors here")
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"train.use_gpu=true but this host has no usable CUDA device (torch "
+            f"{torch.__version__}, CUDA build: {torch.version.cuda or 'none'}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}) and the "
+            f"ranks would run here ({where}): set train.use_gpu=false to train on CPU (gloo), or "
+            "run on a host whose torch sees a GPU")
+    count = torch.cuda.device_count()
+    if count < tc.num_processes:
+        raise ConfigError(
+            f"train.use_gpu=true with train.num_processes={tc.num_processes}: only {count} CUDA "
+            f"device(s) visible on this host and each rank needs its own; set "
+            f"train.num_processes<={count} (and train.blocks to a multiple of it)")
+
+
+def check_spark_gpus(spark, cfg: Config) -> None:
+    """TorchDistributor takes the ranks' GPUs from Spark's resources: check they are declared
+    (a static setting, so it must be in the config's `spark.conf` when the session starts)."""
+    tc = cfg.train
+    if not tc.use_gpu:
+        return
+    w = tc.num_processes
+    if ranks_on_this_host(cfg):
+        gpus = spark.sparkContext.resources.get("gpu")
+        have = len(gpus.addresses) if gpus is not None else 0
+        if have < w:
+            raise ConfigError(
+                f"train.use_gpu=true with train.num_processes={w}: the Spark driver declares "
+                f"{have} GPU(s); TorchDistributor hands the ranks only declared GPUs. Set "
+                f"spark.conf.spark.driver.resource.gpu.amount={w} and "
+                "spark.conf.spark.driver.resource.gpu.discoveryScript=<a script printing "
+                '{"name": "gpu", "addresses": ["0", ...]}> (Spark ships '
+                "examples/src/main/scripts/getGpusResources.sh)")
+    if not tc.local_mode:
+        amount = spark.conf.get("spark.task.resource.gpu.amount", "0")
+        if float(amount or 0) < 1:
+            raise ConfigError(
+                "train.use_gpu=true with train.local_mode=false: every rank is a Spark task and "
+                f"needs a GPU, but spark.task.resource.gpu.amount={amount}; set "
+                "spark.conf.spark.task.resource.gpu.amount=1 and "
+                "spark.conf.spark.executor.resource.gpu.amount=<GPUs per executor> (with its "
+                "discoveryScript)")
 
 
 def launch(spark, cfg: Config, job, world: int) -> Any:
@@ -95,7 +190,10 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p]])
     distributor = TorchDistributor(num_processes=world, local_mode=cfg.train.local_mode,
-                                   use_gpu=False)
+                                   use_gpu=cfg.train.use_gpu)
+    if distributor.num_processes != world:  # TorchDistributor lowers it to the GPUs it sees
+        raise ConfigError(f"TorchDistributor would run {distributor.num_processes} rank(s), not "
+                          f"train.num_processes={world}: declare one GPU per rank to Spark")
     with warnings.catch_warnings():
         # pyspark leaves the torchrun process's stdout pipe unclosed: a ResourceWarning when it
         # is collected. Known and harmless; ignored here only, with the collection done inside.
@@ -106,15 +204,36 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
             gc.collect()
 
 
-def _rank_errors(out_dir: Path) -> str:
-    return "; ".join(p.read_text() for p in sorted(out_dir.glob("rank*.error")))
+def remove_stale_staging(folder: Path) -> list[str]:
+    """Remove the training shards a killed run left in `folder` (personal data). Any found at
+    the start of a run are stale: the Derby metastore admits one process per storage.root
+    (jobs/metastore_lock.py), so no other train of this root is running."""
+    stale = sorted(folder.glob("train-*"))
+    for old in stale:
+        log.warning("removing %s, left by a killed train run", old)
+        shutil.rmtree(old, ignore_errors=True)
+    return [p.name for p in stale]
+
+
+def rank_errors(out_dir: Path, world: int) -> str:
+    """The ranks' error files, led by the ranks that left none (killed hard: their peers then
+    fail on a closed connection, and that second-hand error must not read as the cause)."""
+    found = {p.name: p.read_text() for p in sorted(out_dir.glob("rank*.error"))}
+    if not found:
+        return ""
+    silent = [r for r in range(world) if f"rank{r}.error" not in found]
+    lead = ([f"rank(s) {silent} died without a message (killed by a signal, out of memory or "
+             "exited hard; the torchrun lines of the log give the exit status)"] if silent else [])
+    return "; ".join([*lead, *found.values()])
 
 
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     from jobs.train_data import load_locations, load_shard, stage_shards, write_split
     from models.distributed import RankFailedError, RankJob, check_summary
 
-    _check_devices(cfg)
+    check_slots(cfg)
+    check_devices(cfg)
+    check_spark_gpus(spark, cfg)
     world = cfg.train.num_processes
     mc = model_config(cfg, training_seed(cfg))
     resume_from = getattr(ctx.args, "resume", None)
@@ -125,6 +244,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(out_dir, 0o700)
     staging = cfg.storage.root.resolve() / "staging" / f"train-{ctx.run_id}"
+    remove_stale_staging(staging.parent)
     t0 = time.perf_counter()
     try:
         split = write_split(spark, cfg)
@@ -134,7 +254,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         job = RankJob(mc.to_dict(), cfg.train.blocks,
                       functools.partial(load_shard, str(staging), loc_ids, coords),
                       str(out_dir), str(ckpt_dir), resume=bool(resume_from),
-                      timeout_s=cfg.train.timeout_s,
+                      timeout_s=cfg.train.timeout_s, use_gpu=cfg.train.use_gpu,
                       meta={"run_id": ctx.run_id, "dataset": cfg.dataset,
                             "loc_ids": loc_ids.tolist(), "coords": coords.tolist(),
                             "resumed_from": resume_from})
@@ -144,7 +264,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         try:
             result = launch(spark, cfg, job, world)
         except Exception as exc:
-            detail = _rank_errors(out_dir)
+            detail = rank_errors(out_dir, world)
             if detail:
                 raise RankFailedError(f"training failed: {detail}") from exc
             raise

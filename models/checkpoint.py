@@ -17,7 +17,8 @@ from udfs.errors import InputDataError
 NAME = "latest.pt"
 
 
-def save_checkpoint(state: dict, folder: str | os.PathLike) -> Path:
+def save_checkpoint(state: dict, folder: str | os.PathLike, name: str = NAME) -> Path:
+    """Write `state` atomically to `folder/name` (default `latest.pt`); returns the path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
@@ -25,17 +26,20 @@ def save_checkpoint(state: dict, folder: str | os.PathLike) -> Path:
         with os.fdopen(fd, "wb") as fh:
             torch.save(state, fh)
             fh.flush()
+            if os.environ.get("TRAJPRIV_CKPT_CRASH") == f"{state.get('round')}:{folder.name}":
+                fh.truncate(fh.tell() // 2)  # test hook (tests/reliability/test_train_faults.py):
+                os.kill(os.getpid(), 9)  # SIGKILL mid-write, this round's temp file half written
             os.fsync(fh.fileno())
-        os.replace(tmp, folder / NAME)
+        os.replace(tmp, folder / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return folder / NAME
+    return folder / name
 
 
-def load_checkpoint(folder: str | os.PathLike) -> dict | None:
-    """The latest checkpoint in `folder`, or None when there is none."""
-    path = Path(folder) / NAME
+def load_checkpoint(folder: str | os.PathLike, name: str = NAME) -> dict | None:
+    """The checkpoint `folder/name` (default `latest.pt`), or None when there is none."""
+    path = Path(folder) / name
     if not path.exists():
         return None
     try:

@@ -16,31 +16,38 @@ Speed (bench/bench_train.py). `forward` + autograd (`critic_losses`) is the read
 the training loop uses two hand-written equivalents that give the same numbers up to the order of
 float sums (tests/models/test_critics.py checks them against autograd and against per-user
 modules):
+- storage (`Layout`): the six parameters are views into one (U, P) buffer, a user per row, biases
+  folded into the weight blocks ([x, 1] @ [[w1, 0], [b1, 1]] = [x w1 + b1, 1]; the unit column
+  survives LeakyReLU and carries b2 into layer 2). A layer with its bias is one product, a chunk
+  of users is a slice of rows (no gather for consecutive users), and Adam updates a chunk with
+  one set of elementwise operations on its rows (`BatchedAdam.flat_moments`).
 - scoring (`local_moments`, `critic_rewards`): the generated pairs are shared by all users, so
-  layer 1 of a chunk of users is ONE matrix product (users*(H+1), F+1) @ (F+1, B) with the biases
-  folded in as an extra input row of ones; layers 2 and 3 are per-user products with the bias
-  again folded in (the extra unit row survives LeakyReLU). Tiles of users x samples are sized to
-  stay in the L2 cache, activations are updated in place; float32 throughout and float64 only
-  for the per-sample sums. Repeated generated rows are scored once (bit-identical values).
+  layer 1 of a tile of users is ONE matrix product (users*(H+1), F+1) @ (F+1, n); layer 2 is a
+  per-user product on the transposed L2 block. Tiles of users x samples stay in the L2 cache and
+  write into reused buffers, activations are updated in place; float32 throughout and float64
+  only for the per-sample sums. Repeated generated rows are scored once (bit-identical values).
 - training (`critic_update`): the WGAN-GP loss and its parameter gradients in closed form
   instead of double backward. For the MLP, dD/dx = W1 (s1 * (W2 (s2 * w3))) with s the LeakyReLU
-  slopes (1 or SLOPE, constant almost everywhere, as autograd treats them); the same vectors
-  v2 = s2*w3 and v1 = s1*(W2 v2) are the backward pass of D, so the gradients of all three row
-  groups (real, generated, interpolated) come from one product per weight matrix. Chunked over
-  users (cache-sized), and each chunk's Adam update is applied right away (in place when the
-  users are consecutive), which is exact because a user's loss reads only its own rows.
-  The real and generated minibatches differ per user, so there is no shared product here.
+  slopes (1 or SLOPE, constant almost everywhere, as autograd treats them, and applied with
+  autograd's own LeakyReLU backward kernel); the same vectors v2 = s2*w3 and v1 = s1*(W2 v2) are
+  the backward pass of D, so the three row groups (real, generated, interpolated) share one
+  product per weight matrix. Chunked over users into reused buffers, and each chunk's Adam update
+  is applied right away (in place when the users are consecutive), which is exact because a
+  user's loss reads only its own rows. The real and generated minibatches differ per user, so
+  there is no shared product here. Where the time goes and what bounds it: bench/bench_train.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 SLOPE = 0.2
+PARAMS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
 def _uniform(gen: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:
@@ -51,20 +58,95 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where one user's parameters sit in a row of the flat (U, P) buffer, biases folded in:
+    L1 (F+1, H+1) = [[w1, 0], [b1, 1]] | L2 (H+1, H) = [[w2], [b2]] | L3 (H+1) = [w3, b3].
+    So [x, 1] @ L1 = [x w1 + b1, 1] (the unit column survives LeakyReLU) and [a1, 1] @ L2 =
+    a1 w2 + b2: a layer with its bias is one product, and a whole user is one contiguous row
+    (one Adam update per chunk of users). The constant entries have zero gradient, so Adam
+    never moves them."""
+
+    f: int
+    h: int
+
+    @property
+    def o2(self) -> int:
+        return (self.f + 1) * (self.h + 1)
+
+    @property
+    def o3(self) -> int:
+        return self.o2 + (self.h + 1) * self.h
+
+    @property
+    def size(self) -> int:
+        return self.o3 + self.h + 1
+
+    def new(self, n: int, unit: bool = True) -> torch.Tensor:
+        """(n, P) zeros, with the unit entry of L1 set when `unit` (parameters, not moments)."""
+        flat = torch.zeros(n, self.size)
+        if unit:
+            flat[:, self.o2 - 1] = 1.0
+        return flat
+
+    def blocks(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views (n, F+1, H+1), (n, H+1, H), (n, H+1) of rows `flat` (n, P)."""
+        n, f, h = flat.shape[0], self.f, self.h
+        return (flat[:, :self.o2].view(n, f + 1, h + 1), flat[:, self.o2:self.o3].view(n, h + 1, h),
+                flat[:, self.o3:])
+
+    def params(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Views w1 (n, F, H), b1 (n, H), w2 (n, H, H), b2 (n, H), w3 (n, H), b3 (n,)."""
+        l1, l2, l3 = self.blocks(flat)
+        f, h = self.f, self.h
+        return [l1[:, :f, :h], l1[:, f, :h], l2[:, :h], l2[:, h], l3[:, :h], l3[:, h]]
+
+
+# torch.optim.Adam(fused=True)'s kernel (one pass over p, g, m, v); absent in older builds
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
+
+
+def _is_view(t: torch.Tensor, view: torch.Tensor) -> bool:
+    return (t.data_ptr() == view.data_ptr() and t.shape == view.shape
+            and t.stride() == view.stride())
+
+
 class BatchedCritics(nn.Module):
+    """w1 (U, F, H), b1 (U, H), w2 (U, H, H), b2 (U, H), w3 (U, H), b3 (U,): parameters that
+    are views into one flat (U, P) buffer laid out by `Layout` (see `flat`)."""
+
     def __init__(self, n_users: int, in_dim: int, hidden: int, gen: torch.Generator,
                  spectral_norm: bool = False):
         super().__init__()
         u, f, h = n_users, in_dim, hidden
         self.n_users, self.spectral = n_users, spectral_norm
-        self.w1 = nn.Parameter(_uniform(gen, (u, f, h), f ** -0.5))
-        self.b1 = nn.Parameter(_uniform(gen, (u, h), f ** -0.5))
-        self.w2 = nn.Parameter(_uniform(gen, (u, h, h), h ** -0.5))
-        self.b2 = nn.Parameter(_uniform(gen, (u, h), h ** -0.5))
-        self.w3 = nn.Parameter(_uniform(gen, (u, h), h ** -0.5))
-        self.b3 = nn.Parameter(_uniform(gen, (u,), h ** -0.5))
+        self.layout = Layout(f, h)
+        values = [_uniform(gen, (u, f, h), f ** -0.5), _uniform(gen, (u, h), f ** -0.5),
+                  _uniform(gen, (u, h, h), h ** -0.5), _uniform(gen, (u, h), h ** -0.5),
+                  _uniform(gen, (u, h), h ** -0.5), _uniform(gen, (u,), h ** -0.5)]
+        self._flat = self.layout.new(u)
+        for name, view, value in zip(PARAMS, self.layout.params(self._flat), values, strict=True):
+            view.copy_(value)
+            setattr(self, name, nn.Parameter(view))
         self.register_buffer("sn_u1", _normalize(torch.randn((u, f), generator=gen)))
         self.register_buffer("sn_u2", _normalize(torch.randn((u, h), generator=gen)))
+
+    def flat(self) -> torch.Tensor:
+        """The (U, P) buffer whose views the parameters are. Code that replaces the parameters
+        (sharding, load into fresh tensors, deepcopy, .to()) breaks the views; they are then
+        rebuilt here, values kept, and the same Parameter objects point into the new buffer."""
+        params = [getattr(self, name) for name in PARAMS]
+        flat = self._flat
+        if flat.shape[0] == params[0].shape[0] and flat.dtype == params[0].dtype and all(
+                _is_view(p, v) for p, v in zip(params, self.layout.params(flat), strict=True)):
+            return flat
+        flat = self.layout.new(params[0].shape[0]).to(params[0])
+        with torch.no_grad():
+            for p, view in zip(params, self.layout.params(flat), strict=True):
+                view.copy_(p)
+                p.data = view
+        self._flat = flat
+        return flat
 
     def _sn(self, w: torch.Tensor, buf: torch.Tensor, users: torch.Tensor,
             update: bool) -> torch.Tensor:
@@ -107,9 +189,12 @@ def sample_batches(real: torch.Tensor, counts: torch.Tensor, generated: torch.Te
     """Per-user minibatches: real (A, b, F) from each user's own pairs, generated (A, b, F) from
     the shared public batch, and interpolation weights (A, b, 1)."""
     a = users.shape[0]
+    n_max, f = real.shape[1], real.shape[2]
     ridx = (torch.rand((a, batch), generator=gen) * counts[users][:, None]).long()
-    real_b = real[users[:, None], ridx]
-    gen_b = generated[torch.randint(generated.shape[0], (a, batch), generator=gen)]
+    ridx += (users * n_max)[:, None]  # row of real.view(-1, F)
+    real_b = real.reshape(-1, f).index_select(0, ridx.view(-1)).view(a, batch, f)
+    gidx = torch.randint(generated.shape[0], (a, batch), generator=gen)
+    gen_b = generated.index_select(0, gidx.view(-1)).view(a, batch, f)
     alpha = torch.rand((a, batch, 1), generator=gen)
     return real_b, gen_b, alpha
 
@@ -139,7 +224,12 @@ def _as_slice(users: torch.Tensor) -> slice | None:
 
 @dataclass
 class BatchedAdam:
-    """Adam over stacked per-user parameters; a step updates only the given users."""
+    """Adam over stacked per-user parameters; a step updates only the given users.
+
+    `critic_update` keeps the moments m, v in the critics' flat layout (`flat_moments`): the
+    lists `m`, `v` are then views into two (U, P) buffers, and a chunk of users is updated by
+    one set of elementwise operations on its rows, or one fused kernel call when the users share
+    a step count. Same arithmetic either way (`update`)."""
 
     params: list[nn.Parameter]
     lr: float = 1e-3
@@ -150,6 +240,7 @@ class BatchedAdam:
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.t = torch.zeros(self.params[0].shape[0], dtype=torch.long)
+        self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @torch.no_grad()
     def step(self, users: torch.Tensor) -> None:
@@ -169,23 +260,59 @@ class BatchedAdam:
         return (1 - b1 ** t).float(), (1 - b2 ** t).float()
 
     @torch.no_grad()
+    def update(self, p: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+               c1: torch.Tensor, c2: torch.Tensor, step: torch.Tensor | None = None) -> None:
+        """One Adam step in place on rows p, m, v with gradient g and bias corrections c1, c2
+        (broadcast over each user's entries), in torch.optim.Adam's arithmetic (the per-user
+        loop's optimiser). `step`: the rows' common step count (a float scalar tensor) when
+        they share one; then torch's fused CPU kernel does the same step in one pass."""
+        b1, b2 = self.betas
+        if step is not None and _FUSED_ADAM is not None:
+            _FUSED_ADAM([p], [g], [m], [v], [], [step], lr=self.lr, beta1=b1, beta2=b2,
+                        weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+            return
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        den = v.sqrt().div_(c2.sqrt()).add_(self.eps)
+        p.sub_(torch.div(m, den).mul_(self.lr / c1))
+
+    @torch.no_grad()
     def apply(self, users: torch.Tensor, grads: list[torch.Tensor], c1: torch.Tensor,
               c2: torch.Tensor, rows: slice | None = None) -> None:
         """Adam update of the rows `users` with `grads` (one (A, ...) tensor per parameter) and
         their bias corrections from `tick`; `rows`: the same users as a slice, updated in place
         through views (no gather/scatter)."""
-        b1, b2 = self.betas
-        sel = users if rows is None else rows
         for p, m, v, g in zip(self.params, self.m, self.v, grads, strict=True):
-            mu = m[sel].mul_(b1).add_(g, alpha=1 - b1)
-            vu = v[sel].mul_(b2).addcmul_(g, g, value=1 - b2)
             shape = (-1,) + (1,) * (p.dim() - 1)
-            upd = self.lr * (mu / c1.view(shape)) / ((vu / c2.view(shape)).sqrt() + self.eps)
             if rows is None:
-                m[users], v[users] = mu, vu
-                p[users] -= upd
-            else:  # mu, vu are views: m, v already hold them
-                p[rows] -= upd
+                pu, mu, vu = p[users], m[users], v[users]
+                self.update(pu, mu, vu, g, c1.view(shape), c2.view(shape))
+                p[users], m[users], v[users] = pu, mu, vu
+            else:
+                self.update(p[rows], m[rows], v[rows], g, c1.view(shape), c2.view(shape))
+
+    @torch.no_grad()
+    def flat_moments(self, critics: BatchedCritics) -> tuple[torch.Tensor, torch.Tensor]:
+        """m and v as (U, P) buffers in the critics' layout, with the lists `m`, `v` views of
+        them (moved there, values kept, on first use and after `load_state_dict`)."""
+        mine = [getattr(critics, name) for name in PARAMS]
+        if len(self.params) != len(mine) or any(
+                p is not q for p, q in zip(self.params, mine, strict=False)):
+            raise ValueError("BatchedAdam must hold the critics' parameters (w1, b1, w2, b2, "
+                             "w3, b3, in that order): build it from list(critics.parameters())")
+        lay, n = critics.layout, mine[0].shape[0]
+        if self._flat is not None:
+            fm, fv = self._flat
+            if fm.shape[0] == n and all(
+                    _is_view(a, b) for a, b in zip(self.m + self.v,
+                                                   lay.params(fm) + lay.params(fv), strict=True)):
+                return fm, fv
+        fm, fv = (lay.new(n, unit=False).to(mine[0]) for _ in range(2))
+        for old, view in zip(self.m + self.v, lay.params(fm) + lay.params(fv), strict=True):
+            view.copy_(old)
+        self.m, self.v = lay.params(fm), lay.params(fv)
+        self._flat = (fm, fv)
+        return fm, fv
 
     def state_dict(self) -> dict:
         return {"m": self.m, "v": self.v, "t": self.t}
@@ -204,32 +331,8 @@ def critic_step(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tensor,
     return critic_update(critics, opt, real_b, gen_b, alpha, users, kind, lambda_gp)
 
 
-STEP_TILE = 1 << 18  # hidden activations (elements) per user chunk of a training step
-
-
-def _gmm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(c, g, n, k) @ (c, G, k, m) -> (c, g, n, m) with G = 1 (one weight for every row group,
-    one product over g*n rows) or G = g (a weight per row group)."""
-    c, g, n, k = x.shape
-    if w.shape[1] == 1:
-        return torch.bmm(x.reshape(c, g * n, k), w[:, 0]).view(c, g, n, -1)
-    return torch.bmm(x.reshape(c * g, n, k), w.reshape(c * g, k, -1)).view(c, g, n, -1)
-
-
-def _gram(q: torch.Tensor, r: torch.Tensor, per_group: bool) -> torch.Tensor:
-    """sum over rows of q^T r: (c, g, n, k), (c, g, n, m) -> (c, k, m), or (c, g, k, m)."""
-    c, g, n, k = q.shape
-    if not per_group:
-        return torch.bmm(q.reshape(c, g * n, k).transpose(1, 2), r.reshape(c, g * n, -1))
-    return torch.bmm(q.reshape(c * g, n, k).transpose(1, 2),
-                     r.reshape(c * g, n, -1)).view(c, g, k, -1)
-
-
-def _slopes(z: torch.Tensor) -> torch.Tensor:
-    """LeakyReLU'(z) = 1 where z > 0, else SLOPE (autograd's convention at 0), so that
-    z * s is LeakyReLU(z) and g * s is autograd's backward, bit for bit (sign + clamp is
-    several times faster than torch.where on CPU)."""
-    return z.sign().clamp_(SLOPE, 1.0)
+STEP_TILE = 1 << 20  # hidden activations (elements) per user chunk of a training step
+_lrelu_backward_out = torch.ops.aten.leaky_relu_backward.grad_input  # autograd's own kernel
 
 
 def _softplus_grad(x: torch.Tensor, g: float) -> torch.Tensor:
@@ -238,79 +341,181 @@ def _softplus_grad(x: torch.Tensor, g: float) -> torch.Tensor:
     return torch.where(x > 20, g, g * z / (z + 1))
 
 
-def _chunk_losses_and_grads(critics: BatchedCritics, x: torch.Tensor, users: torch.Tensor,
-                            wgan: bool, lambda_gp: float
-                            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """x (c, g, b, F): row groups real, generated (and interpolated for wgan). Returns the (c,)
-    losses of `critic_losses` and the gradients of their sum w.r.t. the rows `users` of
-    (w1, b1, w2, b2, w3, b3), without autograd (see the module docstring)."""
-    c, ng, b, _ = x.shape
-    w1, w2 = critics.w1[users], critics.w2[users]
-    b1, b2, w3, b3 = critics.b1[users], critics.b2[users], critics.w3[users], critics.b3[users]
+class _Params:
+    """Views of the parameter blocks of rows p (n, P) of the flat buffer (sliced per chunk)."""
+
+    def __init__(self, layout: Layout, p: torch.Tensor):
+        f, h = layout.f, layout.h
+        self.p = p
+        self.l1, self.l2, l3 = layout.blocks(p)  # (n, F+1, H+1), (n, H+1, H), (n, H+1)
+        self.w1, self.w2 = self.l1[:, :f, :h], self.l2[:, :h]
+        self.w3, self.w3row, self.b3 = l3[:, :h], l3[:, None, :h], l3[:, h:]
+
+    def rows(self, i: int, j: int) -> _Params:
+        out = object.__new__(_Params)
+        for k, t in vars(self).items():
+            setattr(out, k, t[i:j])
+        return out
+
+
+class _Workspace:
+    """Buffers of one `critic_update` call, reused by each chunk of (at most c) users: input
+    rows x with their unit column, activations a1 (unit column included) and a2, the backward
+    vectors v1, v2 (row groups: real, generated, interpolated) and the flat gradient rows g
+    (constant entries of the layout stay 0). `chunk(c)` gives (cached) views for c users."""
+
+    def __init__(self, c: int, ng: int, b: int, layout: Layout, like: torch.Tensor):
+        f, h = layout.f, layout.h
+        self.layout, self.ng, self.b = layout, ng, b
+        self.x = like.new_ones(c, ng, b, f + 1)
+        self.a1 = like.new_empty(c, ng, b, h + 1)
+        self.a2, self.v1, self.v2 = (like.new_empty(c, ng, b, h) for _ in range(3))
+        self.g = layout.new(c, unit=False).to(like)
+        # the penalty's dD/dx (also the generated rows' (1 - alpha) x), its backward, products
+        self.grad = like.new_empty(c, b, f)
+        self.e1, self.t = like.new_empty(c, b, h), like.new_empty(c, b, h)
+        self.gw1, self.gw2 = like.new_empty(c, f, h), like.new_empty(c, h, h)
+        # WGAN: dLoss/dD = -1/b on real rows, 1/b on generated ones; 1 on the interpolated
+        # rows, where v1, v2 are the chain of dD/dx
+        self.scale = like.new_tensor([-1.0 / b, 1.0 / b, 1.0])[:ng, None, None]
+        self.dd = self.scale[:2, 0].expand(c, 2, b).reshape(c, 1, 2 * b)
+        self._views: dict[int, SimpleNamespace] = {}
+
+    def chunk(self, c: int) -> SimpleNamespace:
+        if c not in self._views:
+            f, h, ng, b = self.layout.f, self.layout.h, self.ng, self.b
+            x, a1, a2, v1, v2 = (t[:c] for t in (self.x, self.a1, self.a2, self.v1, self.v2))
+            a2_rg = a2[:, :2].view(c, 2 * b, h)
+            v = SimpleNamespace(
+                c=c, x=x, x3=x.view(c, ng * b, f + 1), xr=x[:, 0, :, :f], xg=x[:, 1, :, :f],
+                xi=x[:, -1, :, :f], xT=x.view(c, ng * b, f + 1)[..., :f].transpose(1, 2),
+                a1=a1, a1_3=a1.view(c, ng * b, h + 1), a1h=a1[..., :h], a1i=a1[:, -1, :, :h],
+                a1T=a1.view(c, ng * b, h + 1)[..., :h].transpose(1, 2),
+                a2=a2, a2_3=a2.view(c, ng * b, h), a2_rg=a2_rg, a2_rgT=a2_rg.transpose(1, 2),
+                a2i=a2[:, -1], v1=v1, v1_3=v1.view(c, ng * b, h), v1i=v1[:, -1],
+                v1_rg=v1[:, :2], v2=v2, v2_3=v2.view(c, ng * b, h), v2_rg=v2[:, :2],
+                v1_rg3=v1[:, :2].view(c, 2 * b, h), v2_rg3=v2[:, :2].view(c, 2 * b, h),
+                v2i=v2[:, -1], xT_rg=x[:, :2, :, :f].view(c, 2 * b, f).transpose(1, 2),
+                a1T_rg=a1[:, :2, :, :h].view(c, 2 * b, h).transpose(1, 2),
+                g=self.layout.params(self.g[:c]), dd=self.dd[:c], grad=self.grad[:c],
+                e1=self.e1[:c], t=self.t[:c], gw1=self.gw1[:c], gw2=self.gw2[:c])
+            self._views[c] = v
+        return self._views[c]
+
+
+def _losses_and_grads(critics: BatchedCritics, ws: _Workspace, v: SimpleNamespace, p: _Params,
+                      users: torch.Tensor, wgan: bool, lambda_gp: float) -> torch.Tensor:
+    """A chunk of c users (parameter views p, buffers v = ws.chunk(c), input rows already in
+    v.x: row groups real, generated, and interpolated for wgan). Returns the (c,) losses of
+    `critic_losses` and leaves the gradients of their sum w.r.t. the users' flat rows in v.g,
+    without autograd (see the module docstring)."""
+    f, h, c, ng, b = ws.layout.f, ws.layout.h, v.c, ws.ng, ws.b
     sn: list[tuple] = []
     if critics.spectral:  # one power iteration per evaluation, as forward(update_sn=True) does
         for _ in range(ng):
-            sn.append((critics._sn_parts(w1, critics.sn_u1, users, True),
-                       critics._sn_parts(w2, critics.sn_u2, users, True)))
-        W1 = torch.stack([p[0][0] for p in sn], 1)  # (c, g, F, H)
-        W2 = torch.stack([p[1][0] for p in sn], 1)
-    else:
-        W1, W2 = w1[:, None], w2[:, None]  # (c, 1, ., H): shared by all row groups
-    # forward
-    z1 = _gmm(x, W1).add_(b1[:, None, None, :])
-    s1 = _slopes(z1)
-    a1 = z1.mul_(s1)
-    z2 = _gmm(a1, W2).add_(b2[:, None, None, :])
-    s2 = _slopes(z2)
-    a2 = z2.mul_(s2)
-    a2_rg = a2[:, :2].reshape(c, 2 * b, -1)  # real and generated rows (a view)
-    d = torch.baddbmm(b3[:, None, None], a2_rg, w3[:, :, None]).view(c, 2, b)
+            sn.append((critics._sn_parts(p.w1, critics.sn_u1, users, True),
+                       critics._sn_parts(p.w2, critics.sn_u2, users, True)))
+        L1, L2 = p.l1[:, None].repeat(1, ng, 1, 1), p.l2[:, None].repeat(1, ng, 1, 1)
+        for j, (s1, s2) in enumerate(sn):
+            L1[:, j, :f, :h], L2[:, j, :h] = s1[0], s2[0]
+        W1x, W2x = L1[:, -1, :f, :h], L2[:, -1, :h]  # the interpolated rows' weights
+
+        def prod(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:  # per group
+            torch.bmm(x.reshape(c * ng, b, -1), w.reshape(c * ng, *w.shape[2:]),
+                      out=out.view(c * ng, b, -1))
+
+        prod(v.x, L1, v.a1)
+        F.leaky_relu(v.a1, SLOPE, inplace=True)
+        prod(v.a1, L2, v.a2)
+    else:  # one weight for all row groups: one product over all rows
+        W1x, W2x = p.w1, p.w2
+        F.leaky_relu(torch.bmm(v.x3, p.l1, out=v.a1_3), SLOPE, inplace=True)
+        torch.bmm(v.a1_3, p.l2, out=v.a2_3)
+    # forward: a1 = LeakyReLU([x, 1] L1) (its unit column stays 1), a2 = LeakyReLU([a1, 1] L2)
+    F.leaky_relu(v.a2, SLOPE, inplace=True)
+    d = torch.bmm(p.w3row, v.a2_rgT).add_(p.b3[:, :, None]).view(c, 2, b)
+    # backward of D, row by row: v2 = dD/dz2 = s2 * (dd * w3) and v1 = dD/dz1 = s1 * (v2 W2^T)
+    # (s = LeakyReLU' of z, read off the activation's sign by autograd's own kernel), with
+    # dd = dLoss/dD on the real and generated rows and dd = 1 on the interpolated ones (there
+    # v1 and v2 are the chain of dD/dx). Products are formed in autograd's order and the bias
+    # gradients summed per row group as autograd does: under WGAN (dd = +-1/b) a bias gradient
+    # can be exactly 0 in exact arithmetic, and Adam turns round-off there into steps.
     if wgan:
-        losses = d[:, 1].mean(1) - d[:, 0].mean(1)
-        dd = torch.empty_like(d)
-        dd[:, 0], dd[:, 1] = -1.0 / b, 1.0 / b
+        dm = d.mean(2)
+        losses = dm[:, 1] - dm[:, 0]
+        dd = v.dd
+        _lrelu_backward_out((ws.scale * p.w3[:, None, None, :]).expand(c, ng, b, h), v.a2,
+                            SLOPE, True, grad_input=v.v2)
     else:
         losses = F.softplus(-d[:, 0]).mean(1) + F.softplus(d[:, 1]).mean(1)
         dd = torch.stack([-_softplus_grad(-d[:, 0], 1.0 / b), _softplus_grad(d[:, 1], 1.0 / b)], 1)
-    # backward of D, row by row: v2 = dD/dz2 = s2 * (dd * w3) and v1 = dD/dz1 = s1 * (W2 v2)
-    # (s = LeakyReLU' of z),
-    # with dd = dLoss/dD on the real and generated rows and dd = 1 on the interpolated ones
-    # (there v1 and v2 are the chain of dD/dx). Products are formed in autograd's order and the
-    # bias gradients summed per row group as autograd does: under WGAN (dd = +-1/b) a bias
-    # gradient can be exactly 0 in exact arithmetic, and Adam turns round-off there into steps.
-    scale = dd[..., None] if ng == 2 else torch.cat([dd, dd.new_ones(c, 1, b)], 1)[..., None]
-    v2 = (scale * w3[:, None, None, :]).mul_(s2)
-    v1 = _gmm(v2, W2.transpose(-1, -2)).mul_(s1)
-    gw3 = torch.bmm(dd.view(c, 1, 2 * b), a2_rg).squeeze(1)
-    gb1 = v1[:, 0].sum(1) + v1[:, 1].sum(1)
-    gb2 = v2[:, 0].sum(1) + v2[:, 1].sum(1)
-    gb3 = dd[:, 0].sum(1) + dd[:, 1].sum(1)
+        _lrelu_backward_out(torch.mul(dd[..., None], p.w3[:, None, None, :], out=v.v2), v.a2,
+                            SLOPE, True, grad_input=v.v2)
+        dd = dd.view(c, 1, 2 * b)
+    if sn:
+        prod(v.v2, L2[..., :h, :].transpose(-1, -2), v.v1)
+    else:
+        torch.bmm(v.v2_3, p.w2.transpose(1, 2), out=v.v1_3)
+    _lrelu_backward_out(v.v1, v.a1h, SLOPE, True, grad_input=v.v1)
+    gw1, gb1, gw2, gb2, gw3, gb3 = v.g
+    gw3.copy_(torch.bmm(dd, v.a2_rg).squeeze(1))
+    gb1.copy_(v.v1_rg.sum(2).sum(1))  # per row group, then the two groups
+    gb2.copy_(v.v2_rg.sum(2).sum(1))
+    gb3.copy_(dd.view(c, 2, b).sum(2).sum(1))
     if wgan:  # gradient penalty on the interpolated rows: g = dD/dx = W1 v1
-        W1x, W2x = W1[:, -1], W2[:, -1]
-        grad = torch.bmm(v1[:, 2], W1x.transpose(1, 2))  # (c, b, F)
+        grad = torch.bmm(v.v1i, W1x.transpose(1, 2), out=v.grad)  # (c, b, F)
         norm = grad.norm(dim=-1)
-        losses = losses + lambda_gp * ((norm - 1) ** 2).mean(1)
-        coef = torch.where(norm > 0, (2.0 * lambda_gp / b) * (norm - 1) / norm, 0.0)
+        nm1 = norm - 1
+        losses += lambda_gp * nm1.square().mean(1)
+        coef = torch.where(norm > 0, (2.0 * lambda_gp / b) * nm1 / norm, 0.0)
         cvec = grad.mul_(coef[..., None])  # dLoss/dg
-        e1 = torch.bmm(cvec, W1x).mul_(s1[:, 2])  # dLoss/d(W2 v2)
-        gw3 += torch.bmm(e1, W2x).mul_(s2[:, 2]).sum(1)
-        x[:, 2] = cvec  # the penalty's rows of the W1 and W2 gradients (outer products
-        a1[:, 2] = e1  # cvec v1^T and e1 v2^T) join the other rows' products below
-    per_group = bool(sn)
-    gw1, gw2 = _gram(x, v1, per_group), _gram(a1, v2, per_group)
-    if per_group:  # through w / sigma(w): dL/dw = G / sigma - <G, w / sigma> / sigma u v^T
-        def through(gw: torch.Tensor, k: int) -> torch.Tensor:
-            out = torch.zeros_like(gw[:, 0])
-            for j, parts in enumerate(sn):
-                w_eff, sigma, u, v = parts[k]
-                gj = gw[:, j]
-                inner = (gj * w_eff).sum((1, 2)) / sigma
-                out += gj / sigma[:, None, None] - inner[:, None, None] * (u[:, :, None]
-                                                                           * v[:, None, :])
-            return out
+        e1 = torch.bmm(cvec, W1x, out=v.e1)
+        _lrelu_backward_out(e1, v.a1i, SLOPE, True, grad_input=e1)  # dLoss/d(W2 v2)
+        t = torch.bmm(e1, W2x, out=v.t)
+        gw3 += _lrelu_backward_out(t, v.a2i, SLOPE, True, grad_input=t).sum(1)
+        if not sn:  # the penalty's rows of the W1 and W2 gradients: outer products cvec v1^T
+            # and e1 v2^T, added to the real and generated rows' products
+            torch.bmm(cvec.transpose(1, 2), v.v1i, out=v.gw1).baddbmm_(v.xT_rg, v.v1_rg3)
+            torch.bmm(e1.transpose(1, 2), v.v2i, out=v.gw2).baddbmm_(v.a1T_rg, v.v2_rg3)
+            gw1.copy_(v.gw1)
+            gw2.copy_(v.gw2)
+            return losses
+        v.xi.copy_(cvec)  # spectral norm: these rows join the per-group products below
+        v.a1i.copy_(e1)
+    if not sn:
+        gw1.copy_(torch.bmm(v.xT, v.v1_3))
+        gw2.copy_(torch.bmm(v.a1T, v.v2_3))
+        return losses
 
-        gw1, gw2 = through(gw1, 0), through(gw2, 1)
-    return losses, [gw1, gb1, gw2, gb2, gw3, gb3]
+    # spectral norm: per-group products, then through w / sigma(w):
+    # dL/dw = G / sigma - <G, w / sigma> / sigma u v^T
+    def gram(q: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(q.reshape(c * ng, b, -1).transpose(1, 2),
+                         r.reshape(c * ng, b, -1)).view(c, ng, q.shape[-1], -1)
+
+    for k, (gw, gg) in enumerate(((gw1, gram(v.x[..., :f], v.v1)), (gw2, gram(v.a1h, v.v2)))):
+        gw.zero_()
+        for j, parts in enumerate(sn):
+            w_eff, sigma, u, vv = parts[k]
+            gj = gg[:, j]
+            inner = (gj * w_eff).sum((1, 2)) / sigma
+            gw += gj / sigma[:, None, None] - inner[:, None, None] * (u[:, :, None]
+                                                                       * vv[:, None, :])
+    return losses
+
+
+def _chunk_losses_and_grads(critics: BatchedCritics, x: torch.Tensor, users: torch.Tensor,
+                            wgan: bool, lambda_gp: float
+                            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`_losses_and_grads` on x (c, g, b, F) for the critics `users`: the (c,) losses and the
+    gradients w.r.t. the rows `users` of (w1, b1, w2, b2, w3, b3) (tests call this)."""
+    c, ng, b, f = x.shape
+    ws = _Workspace(c, ng, b, critics.layout, x)
+    v = ws.chunk(c)
+    v.x[..., :f] = x
+    p = _Params(critics.layout, critics.flat()[users])
+    losses = _losses_and_grads(critics, ws, v, p, users, wgan, lambda_gp)
+    return losses, [t.clone() for t in v.g]
 
 
 @torch.no_grad()
@@ -320,27 +525,51 @@ def critic_update(critics: BatchedCritics, opt: BatchedAdam, real_b: torch.Tenso
     """One optimisation step of the critics `users` on given minibatches real_b, gen_b (A, b, F)
     and interpolation weights alpha (A, b, 1); returns the (A,) losses. Equals `critic_losses`
     + backward + `opt.step(users)` (with three/two power iterations under spectral norm, as
-    `critic_losses` does), with closed-form gradients, chunked over users."""
-    a, b, _ = real_b.shape
+    `critic_losses` does), with closed-form gradients, chunked over users: each chunk's Adam
+    update is applied right away (in place when the users are consecutive), which is exact
+    because a later chunk reads only its own users' rows."""
+    a, b, f = real_b.shape
     wgan = kind == "wgan"
     ng = 3 if wgan else 2
-    step = max(1, tile // (ng * b * critics.w1.shape[-1]))
+    losses = real_b.new_empty(a)
+    if a == 0:
+        return losses
+    lay = critics.layout
+    chunk = max(1, tile // (ng * b * lay.h))  # users per chunk
+    flat = critics.flat()
+    fm, fv = opt.flat_moments(critics)
     span = _as_slice(users)
-    c1, c2 = opt.tick(users if span is None else span)
-    losses = []
-    for i in range(0, a, step):
-        rb, gb = real_b[i:i + step], gen_b[i:i + step]
-        parts = [rb, gb]
-        if wgan:
-            al = alpha[i:i + step]
-            parts.append(al * rb + (1 - al) * gb)
-        loss, grad = _chunk_losses_and_grads(critics, torch.stack(parts, 1), users[i:i + step],
-                                             wgan, lambda_gp)
-        losses.append(loss)
-        rows = None if span is None else slice(span.start + i, span.start + i + len(loss))
-        opt.apply(users[i:i + step], grad, c1[i:i + step], c2[i:i + step], rows)
-        # exact: the later chunks read only their own users' rows
-    return torch.cat(losses) if losses else torch.zeros(0)
+    sel = users if span is None else span
+    c1, c2 = opt.tick(sel)
+    c1, c2 = c1[:, None], c2[:, None]
+    t = opt.t[sel]
+    shared_t = torch.tensor(float(t[0])) if bool((t == t[0]).all()) else None
+    ws = _Workspace(min(chunk, a), ng, b, lay, real_b)
+    if wgan:
+        beta = 1 - alpha
+    if span is not None:  # consecutive users: views of all their rows, sliced per chunk
+        fp, fm, fv = flat[span], fm[span], fv[span]
+        allp = _Params(lay, fp)
+    for i in range(0, a, chunk):
+        j = min(a, i + chunk)
+        v = ws.chunk(j - i)
+        v.xr.copy_(real_b[i:j])
+        v.xg.copy_(gen_b[i:j])
+        if wgan:  # alpha * real + (1 - alpha) * generated, as critic_losses forms it
+            torch.mul(alpha[i:j], real_b[i:j], out=v.xi).add_(
+                torch.mul(beta[i:j], gen_b[i:j], out=v.grad))
+        if span is None:
+            rows = users[i:j]
+            p = _Params(lay, flat[rows])
+            m, vv = fm[rows], fv[rows]
+        else:
+            p = allp.rows(i, j)
+            m, vv = fm[i:j], fv[i:j]
+        losses[i:j] = _losses_and_grads(critics, ws, v, p, users[i:j], wgan, lambda_gp)
+        opt.update(p.p, m, vv, ws.g[:j - i], c1[i:j], c2[i:j], shared_t)
+        if span is None:
+            flat[rows], fm[rows], fv[rows] = p.p, m, vv
+    return losses
 
 
 class SingleCritic(nn.Module):
@@ -369,65 +598,86 @@ class Moments:
         return Moments(self.sum + other.sum, self.sumsq + other.sumsq, self.count + other.count)
 
 
-SCORE_TILE = 1 << 19  # hidden activations (elements) per tile of users x samples (L2-sized)
-SCORE_COLS = 512  # generated samples per tile
+SCORE_TILE = 1 << 17  # hidden activations (elements) per tile of users x samples (L2-sized)
+SCORE_COLS = 256  # generated samples per tile
+SCORE_USERS = 64  # users whose weights are laid out and whose rewards are summed together
 
 
-def _score_tiles(critics: BatchedCritics, features: torch.Tensor, users: torch.Tensor,
-                 chunk_elems: int):
-    """Yield (i, j, d): D_u(x) of users[i:i + a] on features[j:j + n] as (a, n), for tiles that
-    cover users x samples. Biases are folded into the products (an input row of ones and a
-    unit row per user that LeakyReLU keeps at 1)."""
+def _score_chunks(critics: BatchedCritics, features: torch.Tensor, users: torch.Tensor,
+                  chunk_elems: int):
+    """Yield (i, d): the logits D_u(x) (a, B) of users[i:i + a] on every row of `features`,
+    computed in tiles of users x samples. Layer 1 of a tile is ONE product for all its users,
+    (a*(H+1), F+1) @ (F+1, n) with the features and a row of ones (biases and the unit row
+    come from the layout); layer 2 is a per-user product with the unit row carrying b2."""
     nb, f = features.shape
-    h1 = critics.w1.shape[-1] + 1
+    h = critics.layout.h
+    h1 = h + 1
     tile = max(1, min(chunk_elems, SCORE_TILE))
     cols = max(1, min(nb, SCORE_COLS, tile // h1))
-    rows = max(1, tile // (cols * h1))
+    rows = max(1, tile // (cols * h1))  # users per tile
+    group = max(1, min(SCORE_USERS, chunk_elems // nb) // rows) * rows  # users per yield
     xt = torch.cat([features.t(), features.new_ones(1, nb)])  # (F + 1, B)
     xts = [xt[:, j:j + cols].contiguous() for j in range(0, nb, cols)]
-    for i in range(0, users.shape[0], rows):
-        u = users[i:i + rows]
+    bufs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    flat = critics.flat()
+    span = _as_slice(users)
+    for i in range(0, users.shape[0], group):
+        u = users[i:i + group]
         a = u.shape[0]
-        w1, w2 = critics.w1[u], critics.w2[u]
+        l1, l2, l3 = critics.layout.blocks(flat[u if span is None else
+                                                 slice(span.start + i, span.start + i + a)])
         if critics.spectral:
-            w1 = critics._sn(w1, critics.sn_u1, u, False)
-            w2 = critics._sn(w2, critics.sn_u2, u, False)
-        m1 = features.new_zeros(a, h1, f + 1)
-        m1[:, :-1, :-1] = w1.transpose(1, 2)
-        m1[:, :-1, -1] = critics.b1[u]
-        m1[:, -1, -1] = 1.0
-        m1 = m1.view(a * h1, f + 1)
-        m2 = features.new_zeros(a, h1, h1)
-        m2[:, :-1, :-1] = w2.transpose(1, 2)
-        m2[:, :-1, -1] = critics.b2[u]
-        m2[:, -1, -1] = 1.0
-        m3 = torch.cat([critics.w3[u], critics.b3[u][:, None]], 1)[:, None, :]  # (a, 1, H + 1)
-        for j, xtj in zip(range(0, nb, cols), xts, strict=True):
-            z = torch.mm(m1, xtj).view(a, h1, -1)  # layer 1: one product for all a users
-            F.leaky_relu(z, SLOPE, inplace=True)
-            z = torch.bmm(m2, z)
-            F.leaky_relu(z, SLOPE, inplace=True)
-            yield i, j, torch.bmm(m3, z).view(a, -1)
+            l1, l2 = l1.clone(), l2.clone()
+            l1[:, :f, :h] = critics._sn(l1[:, :f, :h], critics.sn_u1, u, False)
+            l2[:, :h] = critics._sn(l2[:, :h], critics.sn_u2, u, False)
+        m1 = l1.transpose(1, 2).reshape(a * h1, f + 1)  # every user's L1^T, stacked
+        m2, m3, b3 = l2.transpose(1, 2), l3[:, None, :h], l3[:, h:]  # (a, H, H+1), (a, 1, H)
+        parts = [(xtj, features.new_empty(a, 1, xtj.shape[1])) for xtj in xts]  # per column tile
+        for k in range(0, a, rows):
+            r = min(rows, a - k)
+            m1k, m2k, m3k = m1[k * h1:(k + r) * h1], m2[k:k + r], m3[k:k + r]
+            for xtj, dj in parts:
+                n = xtj.shape[1]
+                if (r, n) not in bufs:
+                    bufs[r, n] = (xt.new_empty(r * h1, n), xt.new_empty(r, h, n))
+                z1, z2 = bufs[r, n]
+                F.leaky_relu(torch.mm(m1k, xtj, out=z1), SLOPE, inplace=True)
+                F.leaky_relu(torch.bmm(m2k, z1.view(r, h1, n), out=z2), SLOPE, inplace=True)
+                torch.bmm(m3k, z2, out=dj[k:k + r])
+        d = torch.cat([dj for _, dj in parts], 2).view(a, nb).add_(b3)
+        yield i, d
 
 
-def _distinct_rows(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(distinct rows, inverse index) when at least 5% of the rows repeat (generated pairs
-    often do: same place, slot and action), else (features, None). Scoring a row once and
-    copying its value to its repeats gives bit-identical per-sample results."""
-    uniq, inverse = torch.unique(features, dim=0, return_inverse=True)
-    if uniq.shape[0] > 0.95 * features.shape[0]:
+def _distinct_rows(features: torch.Tensor, min_share: float
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(distinct rows, inverse index) when at least `min_share` of the rows repeat (generated
+    pairs often do: same place, slot and action), else (features, None). Rows are compared bit
+    for bit (a stable sort per column, last column first, then neighbours compared), so
+    scoring a row once and copying its value to its repeats gives bit-identical results."""
+    b, f = features.shape
+    keys = features.contiguous().view(torch.int32)
+    order = torch.arange(b)
+    for k in range(f - 1, -1, -1):  # least significant column first: lexicographic order
+        order = order[torch.sort(keys[order, k], stable=True).indices]
+    ranked = keys[order]
+    first = torch.ones(b, dtype=torch.bool)
+    first[1:] = (ranked[1:] != ranked[:-1]).any(1)
+    n_uniq = int(first.sum())
+    if b - n_uniq < min_share * b or n_uniq == b:
         return features, None
-    return uniq, inverse
+    inverse = torch.empty(b, dtype=torch.long)
+    inverse[order] = first.cumsum(0) - 1
+    return features[order[first]], inverse
 
 
 @torch.no_grad()
 def critic_rewards(critics: BatchedCritics, features: torch.Tensor, users: torch.Tensor,
                    chunk_elems: int = 1 << 24) -> torch.Tensor:
     """(A, B) rewards R_u = sigmoid(D_u(x)) of the users in `users` on a shared batch."""
-    uniq, inverse = _distinct_rows(features)
+    uniq, inverse = _distinct_rows(features, 0.05)  # below 5%, the (A, B) copy costs more
     out = features.new_empty(users.shape[0], uniq.shape[0])
-    for i, j, d in _score_tiles(critics, uniq, users, chunk_elems):
-        torch.sigmoid(d, out=out[i:i + d.shape[0], j:j + d.shape[1]])
+    for i, d in _score_chunks(critics, uniq, users, chunk_elems):
+        torch.sigmoid(d, out=out[i:i + d.shape[0]])
     return out if inverse is None else out[:, inverse]
 
 
@@ -440,13 +690,13 @@ def local_moments(critics: BatchedCritics, features: torch.Tensor, users: torch.
     the tile). Ranks all-reduce (sum, sumsq, count) and then call one aggregation scheme with
     the merged Moments.
     """
-    uniq, inverse = _distinct_rows(features)
+    uniq, inverse = _distinct_rows(features, 0.0)
     b = uniq.shape[0]
     s, q = torch.zeros(b, dtype=torch.float64), torch.zeros(b, dtype=torch.float64)
-    for _, j, d in _score_tiles(critics, uniq, users, chunk_elems):
+    for _, d in _score_chunks(critics, uniq, users, chunk_elems):
         r = d.sigmoid_().double()
-        s[j:j + r.shape[1]] += r.sum(0)
-        q[j:j + r.shape[1]] += (r * r).sum(0)
+        s += r.sum(0)
+        q += r.square_().sum(0)
     if inverse is not None:
         s, q = s[inverse], q[inverse]
     return Moments(s, q, int(users.shape[0]))

@@ -21,6 +21,17 @@ Sharded checkpoints: `<checkpoint_dir>/round-NNNNNN/{shared,rank<r>}/latest.pt` 
 `LATEST.json` naming the last round whose files every rank has written (rank 0 writes it after
 a barrier, then removes older rounds). Resume needs the same number of processes.
 
+Devices (`select_placement`). use_gpu=False: gloo, every tensor on the CPU. use_gpu=True: rank r
+binds cuda:LOCAL_RANK (torchrun's variable; TorchDistributor narrows CUDA_VISIBLE_DEVICES to the
+GPUs Spark gave the job) and the process group is "cpu:gloo,cuda:nccl": `TorchComm` moves every
+tensor it reduces or gathers to that device, so the all-reduces and all-gathers run over NCCL,
+and hands the result back on the caller's device; CPU tensors (object collectives, a CPU model's
+DDP buckets) keep using gloo. DDP wraps a CUDA module with device_ids=[local rank]. The model
+code of `models.train` (environment rollouts, critics, PPO) computes on the CPU for now, so the
+policy stays on the CPU. Everything saved (checkpoints, policy.pt) is moved to the CPU first
+(`to_cpu`), so it loads on a machine without a GPU. No CUDA with use_gpu=True is a ConfigError
+naming the key, raised before the process group starts.
+
 Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit]"` raises (or exits hard) on
 that rank before that round.
 """
@@ -34,6 +45,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +58,10 @@ from torch import nn
 
 from models.checkpoint import load_checkpoint, save_checkpoint
 from models.config import TrainConfig
+from models.critic_store import save_critic_shard
 from models.data import TrainData
 from models.train import _Run, train_loop
-from udfs.errors import BudgetExceededError
+from udfs.errors import BudgetExceededError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +79,61 @@ class _PeerFailed(Exception):
         self.errors = errors
 
 
-class TorchComm:
-    """`models.train.Comm` over the default process group, every collective guarded."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank runs: its process-group backend and the device of its collective tensors."""
 
-    def __init__(self) -> None:
+    backend: str
+    device: torch.device
+
+
+GPU_BACKEND = "cpu:gloo,cuda:nccl"  # NCCL for device tensors, gloo for CPU tensors and objects
+
+
+def select_placement(use_gpu: bool, local_rank: int) -> Placement:
+    """The backend and device of the rank with this local rank (pure apart from asking torch
+    which CUDA devices this process sees)."""
+    if not use_gpu:
+        return Placement("gloo", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "train.use_gpu=true but this process sees no CUDA device (torch.cuda.is_available() "
+            f"is False, torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}): set train.use_gpu=false to "
+            "train on CPU (gloo), or run where a CUDA build of torch sees a GPU")
+    count = torch.cuda.device_count()
+    if not 0 <= local_rank < count:
+        raise ConfigError(
+            f"train.use_gpu=true: local rank {local_rank} has no GPU of its own ({count} visible); "
+            "lower train.num_processes to at most the GPUs per host, or give Spark more GPUs "
+            "(spark.driver.resource.gpu.amount / spark.task.resource.gpu.amount)")
+    return Placement(GPU_BACKEND, torch.device("cuda", local_rank))
+
+
+def to_cpu(obj: Any) -> Any:
+    """`obj` (nested dicts, lists, tuples of tensors) with every tensor on the CPU, for saving."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        items = [to_cpu(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    return obj
+
+
+class TorchComm:
+    """`models.train.Comm` over the default process group, every collective guarded.
+
+    Tensors are reduced and gathered on `device` (the rank's GPU under NCCL, else the CPU) and
+    returned on the device they came from; the caller's tensor is never modified.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device(device)
 
     def _gather(self, msg: str | None) -> dict[int, str]:
         out: list[Any] = [None] * self.world
@@ -78,28 +141,29 @@ class TorchComm:
         return {r: m for r, m in enumerate(out) if m is not None}
 
     def guard(self) -> None:
-        flag = torch.zeros(1)
+        flag = torch.zeros(1, device=self.device)
         dist.all_reduce(flag)
         if flag.item() > 0:
             raise _PeerFailed(self._gather(None))
 
     def fail(self, msg: str) -> dict[int, str]:
         """Tell the other ranks (at their next guard) that this rank failed; all messages."""
-        dist.all_reduce(torch.ones(1))
+        dist.all_reduce(torch.ones(1, device=self.device))
         return self._gather(msg)
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         self.guard()
-        t = t.clone()
-        dist.all_reduce(t)
-        return t
+        out = t.to(self.device, copy=True)
+        dist.all_reduce(out)
+        return out.to(t.device)
 
     def all_gather_cat(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenation in rank order (ranks hold equal-sized, contiguous blocks)."""
         self.guard()
-        out = [torch.empty_like(t) for _ in range(self.world)]
-        dist.all_gather(out, t.contiguous())
-        return torch.cat(out)
+        src = t.to(self.device).contiguous()
+        out = [torch.empty_like(src) for _ in range(self.world)]
+        dist.all_gather(out, src)
+        return torch.cat(out).to(t.device)
 
     def broadcast_object(self, obj: Any) -> Any:
         self.guard()
@@ -117,6 +181,10 @@ class TorchComm:
         self.all_reduce_sum(torch.zeros(1))
 
     def wrap(self, module: nn.Module) -> nn.Module:
+        on = next(module.parameters()).device
+        if on.type == "cuda":
+            return nn.parallel.DistributedDataParallel(module, device_ids=[on.index],
+                                                       output_device=on.index)
         return nn.parallel.DistributedDataParallel(module)
 
 
@@ -134,6 +202,7 @@ class RankJob:
     timeout_s: float = 1800.0
     meta: dict = field(default_factory=dict)  # copied into the summary (ids, names)
     init: tuple[str, int, int, int] | None = None  # (addr, port, rank, world); None: env://
+    use_gpu: bool = False  # NCCL and cuda:LOCAL_RANK (see select_placement)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,8 +228,8 @@ def save_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> None:
     folder = Path(folder)
     rdir = folder / f"round-{run.round:06d}"
     if comm.rank == 0:
-        save_checkpoint(run.shared_state(), rdir / "shared")
-    save_checkpoint(run.shard_state(), rdir / f"rank{comm.rank}")
+        save_checkpoint(to_cpu(run.shared_state()), rdir / "shared")
+    save_checkpoint(to_cpu(run.shard_state()), rdir / f"rank{comm.rank}")
     comm.barrier()  # every rank's files of this round are in place
     if comm.rank == 0:
         write_json(folder / LATEST, {"round": run.round, "world": comm.world})
@@ -190,10 +259,10 @@ def write_artefacts(run: _Run, out_dir: Path, meta: dict) -> dict[str, str]:
     cfg = run.cfg
     files = {name: out_dir / name for name in
              ("policy.pt", "accountant.json", "history.json", "train_config.json")}
-    policy = {"policy_state": run.policy.state_dict(), "n_locations": run.env.n_locations,
+    policy = {"policy_state": to_cpu(run.policy.state_dict()), "n_locations": run.env.n_locations,
               "loc_dim": cfg.loc_dim, "slot_dim": cfg.slot_dim, "hidden": cfg.policy_hidden,
               "k_nearest": cfg.k_nearest, "explore_exponent": cfg.explore_exponent,
-              "start_probs": run.start_probs, "scheme": cfg.scheme, "meta": meta}
+              "start_probs": to_cpu(run.start_probs), "scheme": cfg.scheme, "meta": meta}
     _atomic_write(files["policy.pt"], lambda fh: torch.save(policy, fh), binary=True)
     write_json(files["accountant.json"], {"summary": run.accountant.summary(),
                                           "state": run.accountant.state_dict()})
@@ -246,7 +315,8 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
     t_rounds = time.perf_counter() - t1
     report = {"rank": comm.rank, "users": data.n_users, "rounds_done": run.round,
               "setup_s": round(t_setup, 3), "rounds_s": round(t_rounds, 3),
-              "rounds_run": run.round - round0}
+              "rounds_run": run.round - round0,
+              "critics": str(save_critic_shard(run, job.out_dir, comm.rank, comm.world))}
     shared = None
     if comm.rank == 0:
         artefacts = write_artefacts(run, Path(job.out_dir), job.meta)
@@ -259,25 +329,70 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
     return {"ok": True, "world": comm.world, "ranks": reports, **shared}
 
 
-def _init(job: RankJob) -> None:
+def _init(job: RankJob) -> Placement:
+    """Choose the device, bind it, start the process group. Under torchrun (TorchDistributor)
+    RANK, WORLD_SIZE and LOCAL_RANK come from the environment; `job.init` (tests) is one host, so
+    the local rank is the rank."""
+    rank = job.init[2] if job.init else int(os.environ.get("RANK", "0"))
+    local_rank = job.init[2] if job.init else int(os.environ.get("LOCAL_RANK", "0"))
+    try:
+        placement = select_placement(job.use_gpu, local_rank)
+    except ConfigError as exc:  # before any collective: leave the message for the driver
+        _write_error(job, rank, f"rank {rank}: ConfigError: {exc}")
+        raise
+    if placement.device.type == "cuda":
+        torch.cuda.set_device(placement.device)
     timeout = dt.timedelta(seconds=job.timeout_s)
     if job.init is None:
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group(placement.backend, timeout=timeout)
     else:
         addr, port, rank, world = job.init
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
-                                world_size=world, timeout=timeout)
+        dist.init_process_group(placement.backend, init_method=f"tcp://{addr}:{port}",
+                                rank=rank, world_size=world, timeout=timeout)
+    return placement
+
+
+def _write_error(job: RankJob, rank: int, msg: str) -> None:
+    try:
+        Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(job.out_dir) / f"rank{rank}.error").write_text(msg)
+    except OSError:
+        pass
+
+
+EXIT_ORPHANED = 75
+
+
+def _exit_with_launcher(interval_s: float = 1.0) -> None:
+    """Exit (status EXIT_ORPHANED) as soon as this rank's parent process is gone.
+
+    torchrun starts each rank in a session of its own, so when `trajpriv train` is killed with
+    its process group (kill -9, a killed scheduler task) the ranks would outlive it, train on and
+    write checkpoints into a run that may already be resumed (measured with torch 2.13: a
+    worker outlives kill -9 of torchrun's process group; tests/reliability/test_train_faults.py
+    checks that ours exit). pyspark's torchrun wrapper polls its parent the same way.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="trajpriv-launcher-watch", daemon=True).start()
 
 
 def run_rank(job: RankJob) -> dict:
     """One rank's whole run; returns the summary (identical on every rank, see module doc)."""
+    if job.init is None:  # launched by torchrun (TorchDistributor), not by a test's spawn
+        _exit_with_launcher()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s rank %(process)d %(name)s: "
                                    "%(message)s")
     torch.set_num_threads(max(1, int(os.environ.get("TRAJPRIV_TORCH_THREADS", "1"))))
-    _init(job)
-    comm = TorchComm()
+    placement = _init(job)
+    comm = TorchComm(placement.device)
     if comm.rank != 0:
         logging.getLogger("models").setLevel(logging.WARNING)
     holder: dict = {}
@@ -290,11 +405,7 @@ def run_rank(job: RankJob) -> dict:
         except Exception as exc:  # report it to every rank, then return the failure summary
             msg = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
             log.error("%s", msg, exc_info=True)
-            try:
-                Path(job.out_dir).mkdir(parents=True, exist_ok=True)
-                (Path(job.out_dir) / f"rank{comm.rank}.error").write_text(msg)
-            except OSError:
-                pass
+            _write_error(job, comm.rank, msg)
             try:
                 errors = comm.fail(msg)
             except Exception as exc2:  # peers unreachable

@@ -41,6 +41,7 @@ from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
 from models.aggregation.base import laplace
 from models.checkpoint import load_checkpoint, save_checkpoint
 from models.config import TrainConfig
+from models.critic_store import UserCritics, critic_shard
 from models.critics import (
     BatchedAdam,
     BatchedCritics,
@@ -100,12 +101,20 @@ class FitResult:
     history: list[dict] = field(default_factory=list)
     rounds_done: int = 0
     stopped_reason: str | None = None
+    # the trained per-user critics (BatchedCritics state, users in the data's order) and their
+    # ids: the white-box attacks and critic LiRA read them (models/attacks)
+    critics_state: dict | None = None
+    critic_users: list | None = None
 
     def policy(self) -> PolicyNet:
         c = self.config
         net = PolicyNet(self.n_locations, c.loc_dim, c.slot_dim, c.policy_hidden)
         net.load_state_dict(self.policy_state)
         return net
+
+    def user_critics(self) -> UserCritics:
+        return UserCritics(self.critics_state, list(self.critic_users), self.config.critic_hidden,
+                           self.config.spectral_norm)
 
 
 class Comm(Protocol):
@@ -466,7 +475,8 @@ class _Run:
     def result(self) -> FitResult:
         return FitResult(self.cfg, {k: v.clone() for k, v in self.policy.state_dict().items()},
                          self.env.n_locations, self.start_probs, self.accountant.summary(),
-                         self.accountant.state_dict(), self.history, self.round, self.stopped)
+                         self.accountant.state_dict(), self.history, self.round, self.stopped,
+                         critic_shard(self)["critics"], list(self.data.user_ids))
 
 
 def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:

@@ -5,7 +5,10 @@
   (`lira.policy_score`) or the critics (`lira.critic_score`);
 - `home.home_reidentification`: share of users whose home, inferred from published data, lies
   within 1 km of the true home;
-- `report`: AUC, balanced accuracy, TPR at 1% FPR with bootstrap intervals (`AttackReport`).
+- `report`: AUC, balanced accuracy, TPR at 1% FPR with bootstrap intervals (`AttackReport`);
+- `target.TrainedRun`: a Spark train run read back from its artefacts (policy, critics merged
+  from the ranks' shards, recipe), `target.shadow_trainer` its shadow models;
+- `suite.membership_attacks`: white-box MIA and LiRA (policy and critic) on one trained model.
 Pure numpy / torch / scikit-learn: no pyspark, nothing from jobs/.
 """
 
@@ -28,11 +31,13 @@ from models.attacks.membership import (
     split_member_days,
 )
 from models.attacks.report import AttackReport, evaluate_attack
+from models.attacks.suite import membership_attacks
+from models.attacks.target import TrainedRun, shadow_trainer
 
 __all__ = [
-    "AttackReport", "Candidates", "Trained", "critic_score", "evaluate_attack", "fit_trainer",
-    "fit_with_critics", "home_coverage", "home_reidentification", "infer_homes", "lira_report",
-    "lira_statistic",
-    "load_critics", "policy_score", "reward_features", "run_lira", "run_membership",
-    "split_member_days", "true_homes",
+    "AttackReport", "Candidates", "Trained", "TrainedRun", "critic_score", "evaluate_attack",
+    "fit_trainer", "fit_with_critics", "home_coverage", "home_reidentification", "infer_homes",
+    "lira_report", "lira_statistic", "load_critics", "membership_attacks", "policy_score",
+    "reward_features", "run_lira", "run_membership", "shadow_trainer", "split_member_days",
+    "true_homes",
 ]

@@ -2,8 +2,10 @@
 
 Candidates are all days of all users (`membership.Candidates`). The attacker trains K shadow
 models with the target's training recipe (config, seeds of its own) on random halves of the
-candidates: shadow k is trained on the days with `in_mask[k]` set, every day IN exactly K/2
-shadows (`shadow_masks`, balanced as in the paper; each user keeps at least one day). A
+candidates: shadow k is trained on the days with `in_mask[k]` set; shadows come in
+complementary pairs splitting every user's days in two, so every day is IN exactly K/2 shadows
+(`shadow_masks`, balanced as in the paper) and every shadow sees every user. With K = 2 each
+day has one IN and one OUT shadow: enough with the pooled variance below. A
 per-example score s(model, day) is computed under the target and every shadow:
 - `policy_score`: the mean log-likelihood log pi(a_t | s_t) of the day's 47 expert-labelled
   actions under the generator's policy (what a holder of the released generator can compute;
@@ -28,7 +30,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
-from models.attacks.membership import Candidates, day_features, day_rewards, load_critics
+from models.attacks.membership import Candidates, day_features, load_critics
 from models.attacks.report import AttackReport, attack_split, best_threshold, evaluate_attack
 from models.data import TrainData
 from models.env import MobilityEnv
@@ -38,20 +40,37 @@ from models.ppo import obs_of
 from udfs.errors import InvalidParameterError
 
 
+def _per_user_half(users: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(n,) bool: a random half of each user's days (floor or ceil at random), so a user with
+    two or more days has days on both sides."""
+    _, inv, counts = np.unique(users, return_inverse=True, return_counts=True)
+    order = np.lexsort((rng.random(users.size), inv))
+    pos = np.empty(users.size, np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pos[order] = np.arange(users.size) - np.repeat(starts, counts)
+    k = counts // 2 + ((counts % 2 == 1) & (rng.random(counts.size) < 0.5))
+    return pos < k[inv]
+
+
 def shadow_masks(candidates: Candidates, n_shadows: int, seed: int = 0) -> np.ndarray:
-    """(K, n) bool: each candidate IN exactly floor(K/2) shadows (random which); a shadow with
-    no day of some user gets one of that user's days added."""
+    """(K, n) bool IN masks. Shadows come in complementary pairs (2j, 2j+1) that split every
+    user's days into random halves, so each day is IN exactly one shadow of each pair (K/2 in
+    all; an odd last shadow takes one more random half) and every shadow trains on at least one
+    day of every user with two or more days. A user with a single day has it IN every shadow (a
+    shadow needs a day of each user): such days have no OUT shadow and `lira_report` leaves
+    them out."""
     if n_shadows < 2:
         raise InvalidParameterError(f"n_shadows={n_shadows}: LiRA needs at least 2 shadows")
     rng = np.random.default_rng(seed)
-    n = len(candidates.days)
-    half = n_shadows // 2
-    mask = np.argsort(rng.random((n_shadows, n)), axis=0) < half
     users = np.asarray(candidates.users)
-    for k in range(n_shadows):
-        present = np.unique(users[mask[k]])
-        for u in np.setdiff1d(np.unique(users), present):
-            mask[k, rng.choice(np.flatnonzero(users == u))] = True
+    mask = np.zeros((n_shadows, users.size), bool)
+    for j in range(n_shadows // 2):
+        half = _per_user_half(users, rng)
+        mask[2 * j], mask[2 * j + 1] = half, ~half
+    if n_shadows % 2:
+        mask[-1] = _per_user_half(users, rng)
+    _, inv, counts = np.unique(users, return_inverse=True, return_counts=True)
+    mask[:, counts[inv] == 1] = True
     return mask
 
 
@@ -84,16 +103,21 @@ def policy_score(model, coords: np.ndarray, candidates: Candidates,
 
 
 def critic_score(model, coords: np.ndarray, candidates: Candidates,
-                 traj: Trajectories | None = None) -> np.ndarray:
+                 traj: Trajectories | None = None, chunk_days: int = 512) -> np.ndarray:
     """LiRA score from per-user critics (anything `load_critics` accepts): the mean logit-scaled
-    reward of the claimed user's critic on the day."""
+    reward of the claimed user's critic on the day. Each day meets only its claimed user's
+    critic (one batched call per chunk of days, the critic picked per day), not all users'."""
     critics = load_critics(model)
     feats = traj.features if traj is not None else day_features(
         MobilityEnv(coords, k_nearest=1), candidates.days)
-    r = day_rewards(critics, feats)  # (n, U, 47)
-    users = np.asarray(candidates.users, dtype=np.int64)
-    p = r[torch.arange(len(users)), torch.as_tensor(users)].double().clamp(1e-6, 1 - 1e-6)
-    return torch.logit(p).mean(1).numpy()  # logit scaling, as the paper does for confidences
+    users = torch.as_tensor(np.asarray(candidates.users, dtype=np.int64))
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(users), chunk_days):
+            d = critics(feats[i:i + chunk_days], users[i:i + chunk_days])  # (m, 47) logits
+            p = torch.sigmoid(d).double().clamp(1e-6, 1 - 1e-6)
+            out.append(torch.logit(p).mean(1))  # logit scaling, as the paper does for confidences
+    return torch.cat(out).numpy() if out else np.zeros(0)
 
 
 def lira_statistic(target: np.ndarray, shadows: np.ndarray, in_mask: np.ndarray, *,
@@ -132,16 +156,20 @@ def lira_report(target_scores: np.ndarray, shadow_scores: np.ndarray, in_mask: n
                 candidates: Candidates, *, online: bool = True,
                 fixed_variance: bool | None = None, eval_fraction: float = 0.5, seed: int = 0,
                 n_boot: int = 500, fpr: float = 0.01, name: str = "lira") -> AttackReport:
-    """LiRA report from precomputed scores (n,) target, (K, n) shadows and their IN mask."""
-    stat = lira_statistic(target_scores, shadow_scores, in_mask, online=online,
-                          fixed_variance=fixed_variance)
-    y = np.asarray(candidates.is_member, bool)
-    ev = attack_split(y, candidates.users, eval_fraction, seed)
+    """LiRA report from precomputed scores (n,) target, (K, n) shadows and their IN mask.
+    Candidates with no OUT shadow (or, online, no IN shadow) cannot be scored and are left out
+    before the split (`extra["n_unscored"]`)."""
+    m = np.asarray(in_mask, bool)
+    ok = (~m).any(0) & (m.any(0) if online else True)
+    stat = lira_statistic(np.asarray(target_scores)[ok], np.asarray(shadow_scores)[:, ok],
+                          m[:, ok], online=online, fixed_variance=fixed_variance)
+    y = np.asarray(candidates.is_member, bool)[ok]
+    ev = attack_split(y, np.asarray(candidates.users)[ok], eval_fraction, seed)
     thr = best_threshold(stat[~ev], y[~ev])
-    k = int(np.asarray(in_mask).shape[0])
     return evaluate_attack(name, stat[ev], y[ev], threshold=thr, fpr=fpr, n_boot=n_boot,
-                           seed=seed, extra={"n_shadows": k,
-                                             "variant": "online" if online else "offline"})
+                           seed=seed, extra={"n_shadows": int(m.shape[0]),
+                                             "variant": "online" if online else "offline",
+                                             "n_unscored": int((~ok).sum())})
 
 
 def run_lira(train: Callable[[TrainData, int], object] | None,
@@ -171,8 +199,8 @@ def run_lira(train: Callable[[TrainData, int], object] | None,
 
 
 class Trained:
-    """A trained model as the attacks see it: the FitResult plus the critics' weights (read back
-    from the checkpoint `fit(checkpoint_dir=...)` wrote, since FitResult does not carry them)."""
+    """A trained model as the attacks see it: the FitResult plus the critics' weights (kept
+    for callers of the earlier API; FitResult now carries them itself)."""
 
     def __init__(self, fit_result, critics_state: dict):
         self.fit_result, self.critics_state = fit_result, critics_state
@@ -182,28 +210,33 @@ class Trained:
         return self.fit_result.policy()
 
 
-def fit_with_critics(config, data: TrainData, workdir) -> Trained:
-    """models.train.fit with a checkpoint in `workdir` (saved once, at the end), read back."""
+def fit_with_critics(config, data: TrainData, workdir=None) -> Trained:
+    """models.train.fit; with `workdir`, also a checkpoint there (saved once, at the end)."""
     import dataclasses
     from pathlib import Path
 
-    from models.checkpoint import load_checkpoint
     from models.train import fit
 
-    cfg = dataclasses.replace(config, checkpoint_every=max(1, config.rounds))
-    res = fit(cfg, data, checkpoint_dir=Path(workdir))
-    ckpt = load_checkpoint(workdir)
-    return Trained(res, ckpt["critics"])
+    if workdir is None:
+        res = fit(config, data)
+    else:
+        cfg = dataclasses.replace(config, checkpoint_every=max(1, config.rounds))
+        res = fit(cfg, data, checkpoint_dir=Path(workdir))
+    return Trained(res, res.critics_state)
 
 
-def fit_trainer(config, workdir) -> Callable[[TrainData, int], Trained]:
-    """`train(data, seed)` for run_lira: the target's recipe with another seed, each shadow in
-    its own checkpoint folder under `workdir`."""
+def fit_trainer(config, workdir=None, blocks: int = 1) -> Callable[[TrainData, int], object]:
+    """`train(data, seed)` for run_lira: the target's recipe (`blocks` rollout blocks, as the
+    target ran) with another seed; with `workdir`, each shadow checkpoints in its own folder."""
     import dataclasses
     from pathlib import Path
 
-    def train(data: TrainData, seed: int) -> Trained:
-        return fit_with_critics(dataclasses.replace(config, seed=seed), data,
-                                Path(workdir) / f"shadow_{seed}")
+    from models.train import fit
+
+    def train(data: TrainData, seed: int):
+        cfg = dataclasses.replace(config, seed=seed)
+        if workdir is None:
+            return fit(cfg, data, blocks=blocks)
+        return fit_with_critics(cfg, data, Path(workdir) / f"shadow_{seed}")
 
     return train

@@ -18,7 +18,8 @@ Features of a candidate (d, u), from R (U users x 47 pairs):
 What it measures: leakage of the *critics*. The critics are trained on raw local data without
 noise (the DP releases protect the aggregated reward the server sees, not the critic weights),
 so this attack bounds what a holder of the critics learns, under both schemes alike.
-Runtime: O(days x 47 x U x hidden^2) for the rewards, chunked; the forest is small.
+Runtime: O(distinct pairs x U x hidden^2) for the rewards (the training loop's tiled scorer,
+chunked over days so memory stays bounded); the forest is small.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ import torch
 from sklearn.ensemble import RandomForestClassifier
 
 from models.attacks.report import AttackReport, attack_split, best_threshold, evaluate_attack
-from models.critics import BatchedCritics
+from models.critic_store import FOLDER as CRITICS_FOLDER
+from models.critic_store import UserCritics, load_user_critics
+from models.critics import BatchedCritics, critic_rewards
 from models.data import TrainData
 from models.env import MobilityEnv
-from models.features import FEATURE_DIM, Trajectories, expert_trajectories
+from models.features import Trajectories, expert_trajectories
 from udfs.errors import InputDataError, InvalidParameterError
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -77,13 +80,22 @@ def split_member_days(data: TrainData, member_fraction: float = 0.7, seed: int =
 
 
 def load_critics(source) -> BatchedCritics:
-    """The trained per-user critics from a BatchedCritics, a checkpoint dict (models.train's
-    `state_dict`), a checkpoint folder / `latest.pt` written by `fit(checkpoint_dir=...)`, or any
-    object with a `critics_state` attribute plus a `config` (a future FitResult)."""
+    """The trained per-user critics, from any of: a BatchedCritics (or any module mapping
+    (x, users) -> (A, m) logits), a `models.critic_store.UserCritics`, an object with
+    `user_critics()` (FitResult, `target.TrainedRun`), a run folder holding `critics/rank*.pt`
+    (the ranks' shards, merged by user), a checkpoint folder / `latest.pt` written by
+    `fit(checkpoint_dir=...)`, a checkpoint dict, or an object with `critics_state` and
+    `config` (`lira.Trained`)."""
     if isinstance(source, BatchedCritics) or (callable(source) and hasattr(source, "n_users")):
-        return source  # critics, or any module mapping (x, users) -> (A, m) logits
+        return source
+    if isinstance(source, UserCritics):
+        return source.module()
+    if callable(getattr(source, "user_critics", None)):
+        return source.user_critics().module()
     if isinstance(source, str | Path):
         p = Path(source)
+        if p.is_dir() and (p / CRITICS_FOLDER).is_dir():
+            return load_user_critics(p).module()
         p = p / "latest.pt" if p.is_dir() else p
         if not p.exists():
             raise InputDataError(f"no checkpoint at {p}; train with fit(checkpoint_dir=...)")
@@ -99,14 +111,12 @@ def load_critics(source) -> BatchedCritics:
     if rows is not None and not torch.equal(torch.as_tensor(rows).cpu(),
                                             torch.arange(len(rows))):
         raise InputDataError("this checkpoint holds one rank's shard of the critics (rows "
-                             f"{torch.as_tensor(rows)[:5].tolist()}...); merge the ranks' shards "
-                             "in user order or pass the critics of a one-process run")
+                             f"{torch.as_tensor(rows)[:5].tolist()}...); load the run folder's "
+                             "critics/ (models.critic_store.load_user_critics merges the shards)")
     cfg = cfg if isinstance(cfg, dict) else cfg.to_dict()
     n_users = state["w1"].shape[0]
-    critics = BatchedCritics(n_users, FEATURE_DIM, int(cfg["critic_hidden"]),
-                             torch.Generator().manual_seed(0), bool(cfg["spectral_norm"]))
-    critics.load_state_dict(state)
-    return critics.eval()
+    return UserCritics(state, list(range(n_users)), int(cfg["critic_hidden"]),
+                       bool(cfg["spectral_norm"])).module()
 
 
 def day_features(env: MobilityEnv, days: np.ndarray) -> torch.Tensor:
@@ -115,18 +125,26 @@ def day_features(env: MobilityEnv, days: np.ndarray) -> torch.Tensor:
 
 
 @torch.no_grad()
-def day_rewards(critics, feats: torch.Tensor, chunk_days: int = 128) -> torch.Tensor:
+def day_rewards(critics, feats: torch.Tensor, chunk_days: int | None = None) -> torch.Tensor:
     """(n, U, 47) rewards sigmoid(D_v) of every user's critic on every day's pairs.
 
-    `critics(x, users)` maps a shared (m, F) batch to (A, m) logits (BatchedCritics does)."""
+    BatchedCritics go through `models.critics.critic_rewards` (the training loop's tiled scorer,
+    which also scores repeated pairs once: real days repeat a lot); any other module mapping a
+    shared (m, F) batch to (A, m) logits is called directly. `chunk_days` bounds memory
+    (default: about 16 M rewards per chunk)."""
     n, t, f = feats.shape
-    users = torch.arange(critics.n_users)
+    n_users = critics.n_users
+    step = chunk_days or max(1, (1 << 24) // max(1, n_users * t))
+    users = torch.arange(n_users)
     out = []
-    for i in range(0, n, chunk_days):
-        x = feats[i:i + chunk_days].reshape(-1, f)
-        r = torch.sigmoid(critics(x, users))  # (U, m*t)
-        out.append(r.view(critics.n_users, -1, t).permute(1, 0, 2))
-    return torch.cat(out) if out else torch.zeros(0, critics.n_users, t)
+    for i in range(0, n, step):
+        x = feats[i:i + step].reshape(-1, f)
+        if isinstance(critics, BatchedCritics):
+            r = critic_rewards(critics, x, users)  # (U, m*t)
+        else:
+            r = torch.sigmoid(critics(x, users))
+        out.append(r.view(n_users, -1, t).permute(1, 0, 2))
+    return torch.cat(out) if out else torch.zeros(0, n_users, t)
 
 
 def _stats(x: np.ndarray) -> np.ndarray:
@@ -150,10 +168,22 @@ def reward_features(rewards: torch.Tensor, users: np.ndarray) -> np.ndarray:
     return np.column_stack([_stats(target), _stats(allmean), mine - others, z, rank])
 
 
+def day_reward_features(critics, feats: torch.Tensor, users: np.ndarray,
+                        chunk_days: int | None = None) -> np.ndarray:
+    """(n, 21) `reward_features` of candidate days, computed chunk by chunk of days so that the
+    (days x users x 47) reward tensor never exists whole."""
+    n, t, _ = feats.shape
+    step = chunk_days or max(1, (1 << 24) // max(1, critics.n_users * t))
+    parts = [reward_features(day_rewards(critics, feats[i:i + step], step), users[i:i + step])
+             for i in range(0, n, step)]
+    return np.concatenate(parts) if parts else np.zeros((0, 21))
+
+
 def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *,
                    eval_fraction: float = 0.5, seed: int = 0, n_estimators: int = 200,
                    n_boot: int = 500, fpr: float = 0.01, name: str = "whitebox_mia",
-                   chunk_days: int = 128, traj: Trajectories | None = None) -> AttackReport:
+                   chunk_days: int | None = None, traj: Trajectories | None = None
+                   ) -> AttackReport:
     """White-box MIA: random forest on reward features, scored on a held-out half.
 
     critics_source: see `load_critics`; coords: the public (L, 2) map the model was trained on;
@@ -167,7 +197,7 @@ def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *
         feats = day_features(MobilityEnv(coords, k_nearest=1), candidates.days)
     else:
         feats = traj.features
-    x = reward_features(day_rewards(critics, feats, chunk_days), users)
+    x = day_reward_features(critics, feats, users, chunk_days)
     y = np.asarray(candidates.is_member, bool)
     ev = attack_split(y, users, eval_fraction, seed)
     rf = RandomForestClassifier(n_estimators=n_estimators, min_samples_leaf=3, oob_score=True,

@@ -99,3 +99,50 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     rgb = (pixels[..., :3] * 255).astype(int).reshape(-1, 3)
     assert len(np.unique(rgb, axis=0)) > 50
     assert (rgb.sum(axis=1) < 700).mean() > 0.02
+
+
+def _attack_rows() -> list[tuple]:
+    """Attack rows as jobs/attacks.py writes them, from real AttackReports."""
+    from models.attacks.report import evaluate_attack
+
+    rng = np.random.default_rng(1)
+    y = np.r_[np.ones(60, bool), np.zeros(40, bool)]
+    rows = []
+    for name, shift in (("whitebox_mia", 2.0), ("lira_policy", 0.0), ("lira_critic", 0.1)):
+        rep = evaluate_attack(name, rng.normal(0, 1, 100) + shift * y, y, threshold=0.5,
+                              n_boot=50)
+        rows += [("r2", "d", "pategail++", "0.1", m, v) for m, v in rep.rows()]
+    rows += [("r2", "d", "pategail++", "0.1", "attack_users", 6.0)]
+    for method, eps, share in (("raw", None, 0.85), ("perturbed_atp", "4.0", 0.2)):
+        rows += [("r2", "d", method, eps, "home_reid_share_within_km", share),
+                 ("r2", "d", method, eps, "home_reid_share_lo", share - 0.05),
+                 ("r2", "d", method, eps, "home_reid_share_hi", share + 0.05),
+                 ("r2", "d", method, eps, "home_reid_median_error_km", 0.4)]
+    return rows
+
+
+def test_attack_tables_sit_next_to_the_utility_of_the_same_run(tmp_path: Path) -> None:
+    from jobs.report_render import membership_table, metric_table, utility_and_attacks
+
+    base = _inputs()
+    extra = pd.DataFrame(_attack_rows(), columns=base.evaluation.columns)
+    evaluation = pd.concat([base.evaluation, extra], ignore_index=True)
+    table = membership_table(evaluation)
+    assert list(table["attack"]) == ["white-box MIA (critics)", "LiRA, policy", "LiRA, critic"]
+    wb = extra[extra["metric"].str.startswith("whitebox_mia_auc")].set_index("metric")["value"]
+    assert table.iloc[0]["AUC [95% CI]"] == (f"{wb['whitebox_mia_auc']:.3f} "
+                                              f"[{wb['whitebox_mia_auc_lo']:.3f}, "
+                                              f"{wb['whitebox_mia_auc_hi']:.3f}]")
+    assert (table["days evaluated"] == 100).all()
+    both = utility_and_attacks(evaluation)  # one line: divergences and AUCs of the same run
+    assert len(both) == 1 and both.iloc[0]["distance"] == 0.01
+    assert both.iloc[0]["white-box MIA (critics) AUC"] == pytest.approx(wb["whitebox_mia_auc"])
+    assert not any(c.startswith(("whitebox", "lira", "home_reid")) for c in
+                   metric_table(evaluation).columns)
+    base.evaluation = evaluation
+    html_path, json_path = render_report(base, tmp_path)
+    page = html_path.read_text()
+    assert "Membership inference" in page and "LiRA, critic" in page
+    assert "0.850 [0.800, 0.900]" in page  # raw home share with its interval
+    figures = json.loads(json_path.read_text())
+    assert len(figures["attacks"]["membership"]) == 3 and len(figures["attacks"]["home"]) == 2

@@ -101,6 +101,19 @@ def test_runs_table_has_epsilon_and_artefacts(spark, trained, spark_config):
     assert "seed" not in json.loads((run_dir / "train_config.json").read_text())
 
 
+def test_ranks_as_barrier_tasks_with_local_mode_false(spark, trained, spark_config):
+    """train.local_mode=false: TorchDistributor runs each rank as a barrier Spark task (on
+    local[2]: two tasks, each starting its own torchrun node) instead of torchrun on the driver;
+    the training is the same, so are its figures (same seed, blocks, split and reduction order)."""
+    _, whole = trained
+    cfg = _cfg(spark_config, "train.local_mode=false")
+    figures = harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-barrier")
+    assert figures["num_processes"] == 2 and figures["rounds_done"] == 3
+    assert figures["epsilon"] == whole["epsilon"]
+    assert figures["reward_mean"] == pytest.approx(whole["reward_mean"], rel=1e-6)
+    assert (spark_config.storage.runs_dir / "train-toy-barrier" / "policy.pt").exists()
+
+
 def test_failing_rank_fails_the_job_with_its_message(spark, trained, spark_config, tmp_path,
                                                      monkeypatch, capsys):
     monkeypatch.setenv("TRAJPRIV_TRAIN_FAULT", "1:1")

@@ -114,3 +114,23 @@ def test_policy_log_likelihood_equals_the_rollout_log_probs():
     assert same.sum() >= 30
     ll = policy_log_likelihood(pol, env, ro.traj.days.numpy()[same.numpy()], chunk=7)
     assert np.allclose(ll, ro.logp[same].mean(1).numpy(), atol=1e-5)
+
+
+def test_shadow_pairs_split_every_user_and_unscorable_days_are_left_out():
+    from models.attacks.lira import lira_report
+    from models.attacks.membership import Candidates
+
+    data = walk_data(n_users=5, days=7)
+    _, cands = split_member_days(data, 0.7, seed=0)
+    days = np.concatenate([cands.days, data.days_per_user[0][:1]])  # user 5: a single day
+    cands = Candidates(days, np.r_[cands.users, 5], np.r_[cands.is_member, True])
+    m = shadow_masks(cands, 4, seed=2)
+    single = cands.users == 5
+    assert (m[0] ^ m[1])[~single].all() and (m[2] ^ m[3])[~single].all()  # complementary pairs
+    assert (m.sum(0)[~single] == 2).all() and m[:, single].all()
+    for k in range(4):  # every shadow holds a day of every user
+        assert set(cands.users[m[k]]) == set(range(6))
+    rng = np.random.default_rng(0)
+    rep = lira_report(rng.normal(size=len(days)), rng.normal(size=m.shape), m, cands,
+                      n_boot=20)
+    assert rep.extra["n_unscored"] == 1  # the single day has no OUT shadow

@@ -11,6 +11,7 @@ from models.critics import (
     BatchedCritics,
     SingleCritic,
     _chunk_losses_and_grads,
+    _distinct_rows,
     critic_losses,
     critic_rewards,
     critic_step,
@@ -196,3 +197,206 @@ def test_adam_in_place_rows_equal_the_gather_path():
     for p, q in zip(params + a.m + a.v, twin + b.m + b.v, strict=True):
         assert torch.equal(p, q)
     assert torch.equal(a.t, b.t) and a.t.tolist() == [0, 3, 3, 3, 0]
+
+
+def test_parameters_are_views_of_the_flat_layout_and_survive_replacement():
+    """The six parameters are views into one (U, P) buffer with biases folded in and constant
+    unit/zero entries; replacing them (as sharding does) rebuilds the buffer with their values."""
+    crit = BatchedCritics(5, 13, 8, torch.Generator().manual_seed(0))
+    flat, lay = crit.flat(), crit.layout
+    l1, l2, l3 = lay.blocks(flat)
+    assert torch.equal(l1[:, :13, :8], crit.w1) and torch.equal(l1[:, 13, :8], crit.b1)
+    assert torch.equal(l2[:, :8], crit.w2) and torch.equal(l2[:, 8], crit.b2)
+    assert torch.equal(l3[:, :8], crit.w3) and torch.equal(l3[:, 8], crit.b3)
+    assert bool((l1[:, 13, 8] == 1).all()) and bool((l1[:, :13, 8] == 0).all())
+    with torch.no_grad():
+        crit.w2[1, 2, 3] = 7.0  # a write through the parameter is a write into the buffer
+    assert flat[1, lay.o2 + 2 * 8 + 3] == 7.0
+    # independent oracle: the same draws as the pre-layout initialisation
+    g = torch.Generator().manual_seed(0)
+    w1 = (torch.rand((5, 13, 8), generator=g) * 2 - 1) * 13 ** -0.5
+    assert torch.equal(crit.w1, w1)
+    rows = torch.tensor([4, 1])
+    want = {k: v[rows].clone() for k, v in crit.state_dict().items()}
+    for name, p in list(crit.named_parameters()):  # what models.train.shard_critics does
+        setattr(crit, name, nn.Parameter(p[rows].clone()))
+    for name, b in list(crit.named_buffers()):
+        setattr(crit, name, b[rows].clone())
+    crit.n_users = 2
+    new = crit.flat()
+    assert new.shape == (2, lay.size) and new.data_ptr() != flat.data_ptr()
+    for k, v in crit.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    assert crit.w1.data_ptr() == lay.params(new)[0].data_ptr()
+    assert bool((lay.blocks(new)[0][:, 13, 8] == 1).all())
+
+
+def test_state_dict_keeps_names_and_shapes():
+    """Checkpoints and the critic store read w1..b3 by name with a leading user dimension."""
+    crit = BatchedCritics(3, 13, 8, torch.Generator().manual_seed(0))
+    sd = crit.state_dict()
+    assert {k: tuple(v.shape) for k, v in sd.items()} == {
+        "w1": (3, 13, 8), "b1": (3, 8), "w2": (3, 8, 8), "b2": (3, 8), "w3": (3, 8),
+        "b3": (3,), "sn_u1": (3, 13), "sn_u2": (3, 8)}
+    other = BatchedCritics(3, 13, 8, torch.Generator().manual_seed(1))
+    other.load_state_dict({k: v.clone().contiguous() for k, v in sd.items()})
+    flat = other.flat()
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, sd[k]), k
+    assert flat.data_ptr() == other.w1.data_ptr()  # load copies into the views
+
+
+@pytest.mark.parametrize("kind", ["wgan", "bce"])
+def test_update_after_sharding_and_resume_equals_the_reference(kind):
+    """critic_update on critics whose parameters were replaced (sharding) and whose optimiser
+    state was reloaded (resume) ends exactly where the same steps on untouched objects do."""
+    real, counts, gen_feats = _data()
+    ref = BatchedCritics(4, 13, 16, torch.Generator().manual_seed(1))
+    ref_opt = BatchedAdam(list(ref.parameters()), lr=1e-2)
+    mine = copy.deepcopy(ref)
+    users = torch.arange(4)
+
+    def step(crit, opt, k):
+        rb, gb, al = sample_batches(real, counts, gen_feats, users, 8,
+                                    torch.Generator().manual_seed(30 + k))
+        return critic_update(crit, opt, rb, gb, al, users, kind, 10.0, tile=1000)
+
+    step(ref, ref_opt, 0)
+    step(ref, ref_opt, 1)
+    for name, p in list(mine.named_parameters()):
+        setattr(mine, name, nn.Parameter(p.detach().clone()))
+    opt = BatchedAdam(list(mine.parameters()), lr=1e-2)
+    step(mine, opt, 0)
+    state = copy.deepcopy(opt.state_dict())
+    opt = BatchedAdam(list(mine.parameters()), lr=1e-2)
+    opt.load_state_dict(state)
+    step(mine, opt, 1)
+    for (name, p), q in zip(ref.state_dict().items(), mine.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    for a, b in zip(ref_opt.m + ref_opt.v, opt.m + opt.v, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(ref_opt.t, opt.t)
+
+
+def test_adam_never_moves_the_constant_entries_of_the_layout():
+    real, counts, gen_feats = _data()
+    crit = BatchedCritics(4, 13, 16, torch.Generator().manual_seed(1))
+    opt = BatchedAdam(list(crit.parameters()), lr=0.1)
+    before = crit.flat().clone()
+    users = torch.tensor([2, 0, 3])
+    for k in range(3):
+        critic_step(crit, opt, real, counts, gen_feats, users, 8, "wgan", 10.0,
+                    torch.Generator().manual_seed(k))
+    lay, flat = crit.layout, crit.flat()
+    const = torch.ones(lay.size, dtype=torch.bool)
+    for view in lay.params(const[None]):
+        view.fill_(False)  # parameter entries; what is left are the constant ones
+    assert int(const.sum()) == 13 + 1  # the unit column of L1
+    assert torch.equal(flat[:, const], before[:, const])
+    assert not torch.equal(flat[users], before[users]) and torch.equal(flat[1], before[1])
+    fm, fv = opt.flat_moments(crit)
+    assert bool((fm[:, const] == 0).all()) and bool((fv[:, const] == 0).all())
+
+
+def test_adam_must_hold_the_critics_parameters():
+    crit = BatchedCritics(2, 13, 8, torch.Generator().manual_seed(0))
+    other = BatchedCritics(2, 13, 8, torch.Generator().manual_seed(0))
+    real, counts, gen_feats = _data(u=2)
+    opt = BatchedAdam(list(other.parameters()))
+    with pytest.raises(ValueError, match="must hold the critics' parameters"):
+        critic_step(crit, opt, real, counts, gen_feats, torch.arange(2), 4, "wgan", 10.0,
+                    torch.Generator().manual_seed(0))
+
+
+def test_sample_batches_draws_each_users_own_rows():
+    """Oracle: the advanced-indexing definition with the same random draws."""
+    real, counts, gen_feats = _data()
+    users = torch.tensor([3, 1, 2])
+    rb, gb, al = sample_batches(real, counts, gen_feats, users, 6,
+                                torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    ridx = (torch.rand((3, 6), generator=g) * counts[users][:, None]).long()
+    gidx = torch.randint(gen_feats.shape[0], (3, 6), generator=g)
+    assert torch.equal(rb, real[users[:, None], ridx]) and torch.equal(gb, gen_feats[gidx])
+    assert torch.equal(al, torch.rand((3, 6, 1), generator=g))
+    assert bool((ridx < counts[users][:, None]).all())
+
+
+@pytest.mark.parametrize("spectral", [False, True])
+def test_scoring_groups_and_partial_tiles_equal_forward(monkeypatch, spectral):
+    """Many users in several groups, tiles that do not divide the users or the samples."""
+    import models.critics as critics_mod
+
+    monkeypatch.setattr(critics_mod, "SCORE_TILE", 3 * 9 * 7)  # 3 users x 7 columns, H+1 = 9
+    monkeypatch.setattr(critics_mod, "SCORE_COLS", 7)
+    monkeypatch.setattr(critics_mod, "SCORE_USERS", 7)  # groups of 6 users
+    _, _, gen_feats = _data()
+    crit = BatchedCritics(23, 13, 8, torch.Generator().manual_seed(2), spectral_norm=spectral)
+    for users in (torch.arange(3, 23), torch.tensor([22, 0, 5, 9, 1, 13, 7, 2])):
+        with torch.no_grad():
+            want = torch.sigmoid(crit(gen_feats, users))
+        assert torch.allclose(critic_rewards(crit, gen_feats, users), want, atol=1e-6)
+        m = local_moments(crit, gen_feats, users)
+        assert torch.allclose(m.sum, want.double().sum(0), atol=1e-6)
+        assert torch.allclose(m.sumsq, (want.double() ** 2).sum(0), atol=1e-6)
+
+
+def test_fused_and_elementwise_adam_steps_agree():
+    """The fused kernel (users sharing a step count) and the elementwise form (any counts) are
+    the same Adam step, up to float rounding."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.randn((6, 40), generator=g)
+    opt = BatchedAdam([nn.Parameter(p.clone())], lr=0.01)
+    state = [[p.clone(), torch.zeros(6, 40), torch.zeros(6, 40)] for _ in range(2)]
+    for k in range(1, 5):
+        grad = torch.randn((6, 40), generator=g) * 10.0 ** -k  # includes tiny gradients
+        c1 = torch.full((6, 1), 1 - 0.5 ** k)
+        c2 = torch.full((6, 1), 1 - 0.9 ** k)
+        opt.update(*state[0], grad, c1, c2, torch.tensor(float(k)))
+        opt.update(*state[1], grad, c1, c2)
+    for a, b in zip(state[0], state[1], strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["wgan", "bce"])
+def test_mixed_participation_equals_a_per_user_loop(kind):
+    """Users with different step counts (some skipped a round): the batched update takes the
+    elementwise Adam path and still equals per-user torch.optim.Adam."""
+    real, counts, gen_feats = _data()
+    crit = BatchedCritics(4, 13, 16, torch.Generator().manual_seed(1))
+    loop = [SingleCritic(crit, u) for u in range(4)]
+    opts = [torch.optim.Adam(c.parameters(), lr=1e-2, betas=(0.5, 0.9), eps=1e-8) for c in loop]
+    bopt = BatchedAdam(list(crit.parameters()), lr=1e-2)
+    for step, users in enumerate([[0, 2], [0, 1, 2, 3], [1, 3], [0, 1, 3]]):
+        users = torch.tensor(users)
+        rb, gb, al = sample_batches(real, counts, gen_feats, users, 8,
+                                    torch.Generator().manual_seed(40 + step))
+        critic_update(crit, bopt, rb, gb, al, users, kind, 10.0)
+        for i, u in enumerate(users.tolist()):
+            loss = critic_losses(lambda x, c=loop[u]: c(x), rb[i:i + 1], gb[i:i + 1],
+                                 al[i:i + 1], kind, 10.0)
+            opts[u].zero_grad()
+            loss.sum().backward()
+            opts[u].step()
+    assert bopt.t.tolist() == [3, 3, 2, 3]
+    for u in range(4):
+        for name in ("w1", "b1", "w2", "b2", "w3", "b3"):
+            assert torch.allclose(getattr(crit, name)[u], getattr(loop[u], name), atol=1e-5), name
+
+
+def test_distinct_rows_against_torch_unique():
+    """Oracle: torch.unique(dim=0). Rows are compared bit for bit: -0.0 and 0.0 stay apart (a
+    repeat gets exactly its row's score); below `min_share` repeats nothing is merged."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(0, 3, (40, 4), generator=g).float()  # many repeats
+    uniq, inverse = _distinct_rows(base, 0.0)
+    assert torch.equal(uniq[inverse], base)
+    assert uniq.shape[0] == torch.unique(base, dim=0).shape[0] < 40
+    signed = torch.tensor([[0.0, 1.0], [-0.0, 1.0], [0.0, 1.0]])
+    uniq, inverse = _distinct_rows(signed, 0.0)
+    assert uniq.shape[0] == 2 and torch.equal(uniq[inverse], signed)
+    assert torch.equal(torch.signbit(uniq[inverse]), torch.signbit(signed))
+    distinct = torch.randn((30, 3), generator=g)
+    assert _distinct_rows(distinct, 0.0)[1] is None
+    few = torch.cat([distinct, distinct[:1]])  # 1 repeat in 31 rows: 3.2 %
+    assert _distinct_rows(few, 0.05)[1] is None and _distinct_rows(few, 0.0)[1] is not None

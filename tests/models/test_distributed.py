@@ -15,14 +15,26 @@ import dataclasses
 import functools
 import multiprocessing as mp
 import socket
+from collections import namedtuple
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from models.config import TrainConfig
-from models.distributed import RankFailedError, RankJob, check_summary, run_rank
+from models.distributed import (
+    GPU_BACKEND,
+    RankFailedError,
+    RankJob,
+    TorchComm,
+    check_summary,
+    run_rank,
+    select_placement,
+    to_cpu,
+)
 from models.train import fit
 from tests.models._toy import toy_data
+from udfs.errors import ConfigError
 
 TINY = TrainConfig(rounds=3, episodes_per_round=8, k_nearest=10, critic_hidden=8,
                    critic_batch=16, critic_steps=2, policy_hidden=16, loc_dim=4, slot_dim=4,
@@ -89,3 +101,81 @@ def test_summary_check_names_the_failing_rank():
     with pytest.raises(RankFailedError, match="incomplete"):
         check_summary({"ok": True, "world": 2, "ranks": [{"rank": 0, "rounds_done": 1}],
                        "rounds_done": 1}, 2)
+
+
+# --- devices: which backend and device a rank takes (torch.cuda monkeypatched) ---------------
+def _cuda(monkeypatch, available: bool, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_placement_without_use_gpu_is_gloo_on_cpu_even_with_gpus(monkeypatch):
+    _cuda(monkeypatch, True, 4)
+    p = select_placement(False, 3)
+    assert p.backend == "gloo" and p.device == torch.device("cpu")
+
+
+def test_placement_with_gpus_is_nccl_on_the_local_rank(monkeypatch):
+    _cuda(monkeypatch, True, 2)
+    for local_rank in (0, 1):
+        p = select_placement(True, local_rank)
+        assert p.backend == GPU_BACKEND == "cpu:gloo,cuda:nccl"
+        assert p.device == torch.device("cuda", local_rank)
+
+
+def test_placement_use_gpu_without_cuda_names_the_key_and_the_fix(monkeypatch):
+    _cuda(monkeypatch, False, 0)
+    with pytest.raises(ConfigError, match=r"train.use_gpu=true but this process sees no CUDA "
+                                          r"device.*set train.use_gpu=false"):
+        select_placement(True, 0)
+
+
+def test_placement_more_ranks_than_gpus_is_refused(monkeypatch):
+    _cuda(monkeypatch, True, 1)
+    with pytest.raises(ConfigError, match=r"local rank 1 has no GPU of its own \(1 visible\)"):
+        select_placement(True, 1)
+
+
+def test_rank_without_cuda_fails_before_the_process_group_and_leaves_its_error(
+        monkeypatch, tmp_path):
+    _cuda(monkeypatch, False, 0)
+    job = RankJob(TINY.to_dict(), 2, functools.partial(toy_shard, n_users=6), str(tmp_path),
+                  init=("127.0.0.1", 1, 1, 2), use_gpu=True)
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        run_rank(job)
+    assert not dist.is_initialized()
+    assert "rank 1: ConfigError: train.use_gpu=true" in (tmp_path / "rank1.error").read_text()
+
+
+def test_to_cpu_keeps_the_structure_and_moves_every_tensor():
+    Pair = namedtuple("Pair", "a b")
+    t = torch.ones(2, requires_grad=True)
+    state = {"w": t, "opt": {"state": {0: {"step": torch.tensor(3.0)}}, "groups": [{"lr": 0.1}]},
+             "pair": Pair(torch.zeros(1), 5), "seq": (torch.arange(2), "x"), "none": None}
+    out = to_cpu(state)
+    assert out["w"].device.type == "cpu" and not out["w"].requires_grad
+    assert torch.equal(out["w"], t.detach())
+    assert out["opt"]["state"][0]["step"].item() == 3.0 and out["opt"]["groups"] == [{"lr": 0.1}]
+    assert isinstance(out["pair"], Pair) and out["pair"].b == 5
+    assert isinstance(out["seq"], tuple) and out["seq"][1] == "x" and out["none"] is None
+
+
+def test_torch_comm_moves_through_its_device_and_back():
+    """The device path of the collectives (to the comm device, reduce/gather, back to the
+    caller's device) with device "cpu" in a one-rank gloo group; the caller's tensor stays."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        comm = TorchComm(torch.device("cpu"))
+        x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+        red = comm.all_reduce_sum(x)
+        assert torch.equal(red, x) and red.data_ptr() != x.data_ptr()
+        assert red.device == x.device and red.dtype == torch.float64
+        cat = comm.all_gather_cat(torch.arange(6).view(3, 2)[:, 0])  # non-contiguous input
+        assert cat.tolist() == [0, 2, 4]
+        comm.guard()
+        comm.barrier()
+    finally:
+        dist.destroy_process_group()
