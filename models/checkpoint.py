@@ -9,12 +9,27 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from udfs.errors import InputDataError
 
 NAME = "latest.pt"
+
+
+def to_cpu(obj: Any) -> Any:
+    """`obj` (nested dicts, lists, tuples of tensors) with every tensor on the CPU, for saving."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        items = [to_cpu(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    return obj
 
 
 def save_checkpoint(state: dict, folder: str | os.PathLike, name: str = NAME) -> Path:

@@ -172,7 +172,7 @@ class BatchedCritics(nn.Module):
         users: (A,) indices of the critics to apply (default all). Returns (A, n).
         """
         if users is None:
-            users = torch.arange(self.n_users)
+            users = torch.arange(self.n_users, device=self.w1.device)
         w1, w2 = self.w1[users], self.w2[users]
         if self.spectral:
             w1 = self._sn(w1, self.sn_u1, users, update_sn)
@@ -217,7 +217,7 @@ def _as_slice(users: torch.Tensor) -> slice | None:
     if n == 0:
         return None
     first = int(users[0])
-    if not torch.equal(users, torch.arange(first, first + n)):
+    if not torch.equal(users, torch.arange(first, first + n, device=users.device)):
         return None
     return slice(first, first + n)
 
@@ -239,7 +239,8 @@ class BatchedAdam:
     def __post_init__(self) -> None:
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
-        self.t = torch.zeros(self.params[0].shape[0], dtype=torch.long)
+        self.t = torch.zeros(self.params[0].shape[0], dtype=torch.long,
+                             device=self.params[0].device)
         self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @torch.no_grad()
@@ -318,9 +319,10 @@ class BatchedAdam:
         return {"m": self.m, "v": self.v, "t": self.t}
 
     def load_state_dict(self, sd: dict) -> None:
-        self.m = [x.clone() for x in sd["m"]]
-        self.v = [x.clone() for x in sd["v"]]
-        self.t = sd["t"].clone()
+        dev = self.params[0].device  # a checkpoint holds CPU tensors
+        self.m = [x.clone().to(dev) for x in sd["m"]]
+        self.v = [x.clone().to(dev) for x in sd["v"]]
+        self.t = sd["t"].clone().to(dev)
 
 
 def critic_step(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tensor,
@@ -543,7 +545,8 @@ def critic_update(critics: BatchedCritics, opt: BatchedAdam, real_b: torch.Tenso
     c1, c2 = opt.tick(sel)
     c1, c2 = c1[:, None], c2[:, None]
     t = opt.t[sel]
-    shared_t = torch.tensor(float(t[0])) if bool((t == t[0]).all()) else None
+    shared_t = (torch.tensor(float(t[0]), device=t.device) if bool((t == t[0]).all())
+                else None)
     ws = _Workspace(min(chunk, a), ng, b, lay, real_b)
     if wgan:
         beta = 1 - alpha
@@ -656,16 +659,16 @@ def _distinct_rows(features: torch.Tensor, min_share: float
     scoring a row once and copying its value to its repeats gives bit-identical results."""
     b, f = features.shape
     keys = features.contiguous().view(torch.int32)
-    order = torch.arange(b)
+    order = torch.arange(b, device=features.device)
     for k in range(f - 1, -1, -1):  # least significant column first: lexicographic order
         order = order[torch.sort(keys[order, k], stable=True).indices]
     ranked = keys[order]
-    first = torch.ones(b, dtype=torch.bool)
+    first = torch.ones(b, dtype=torch.bool, device=features.device)
     first[1:] = (ranked[1:] != ranked[:-1]).any(1)
     n_uniq = int(first.sum())
     if b - n_uniq < min_share * b or n_uniq == b:
         return features, None
-    inverse = torch.empty(b, dtype=torch.long)
+    inverse = torch.empty(b, dtype=torch.long, device=features.device)
     inverse[order] = first.cumsum(0) - 1
     return features[order[first]], inverse
 
@@ -692,7 +695,7 @@ def local_moments(critics: BatchedCritics, features: torch.Tensor, users: torch.
     """
     uniq, inverse = _distinct_rows(features, 0.0)
     b = uniq.shape[0]
-    s, q = torch.zeros(b, dtype=torch.float64), torch.zeros(b, dtype=torch.float64)
+    s, q = (torch.zeros(b, dtype=torch.float64, device=uniq.device) for _ in range(2))
     for _, d in _score_chunks(critics, uniq, users, chunk_elems):
         r = d.sigmoid_().double()
         s += r.sum(0)

@@ -26,11 +26,12 @@ binds cuda:LOCAL_RANK (torchrun's variable; TorchDistributor narrows CUDA_VISIBL
 GPUs Spark gave the job) and the process group is "cpu:gloo,cuda:nccl": `TorchComm` moves every
 tensor it reduces or gathers to that device, so the all-reduces and all-gathers run over NCCL,
 and hands the result back on the caller's device; CPU tensors (object collectives, a CPU model's
-DDP buckets) keep using gloo. DDP wraps a CUDA module with device_ids=[local rank]. The model
-code of `models.train` (environment rollouts, critics, PPO) computes on the CPU for now, so the
-policy stays on the CPU. Everything saved (checkpoints, policy.pt) is moved to the CPU first
-(`to_cpu`), so it loads on a machine without a GPU. No CUDA with use_gpu=True is a ConfigError
-naming the key, raised before the process group starts.
+DDP buckets) keep using gloo. DDP wraps a CUDA module with device_ids=[local rank]. `_Run` gets
+the placement's device: the policy, value net, critics, expert features and the environment's
+tables live there and rollouts, critic training and scoring and PPO run there, while every random
+draw stays on the CPU generators (see `models.train`). Everything saved (checkpoints, policy.pt)
+is moved to the CPU first (`to_cpu`), so it loads on a machine without a GPU. No CUDA with
+use_gpu=True is a ConfigError naming the key, raised before the process group starts.
 
 Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit]"` raises (or exits hard) on
 that rank before that round.
@@ -56,7 +57,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
 from models.config import TrainConfig
 from models.critic_store import save_critic_shard
 from models.data import TrainData
@@ -108,20 +109,6 @@ def select_placement(use_gpu: bool, local_rank: int) -> Placement:
             "lower train.num_processes to at most the GPUs per host, or give Spark more GPUs "
             "(spark.driver.resource.gpu.amount / spark.task.resource.gpu.amount)")
     return Placement(GPU_BACKEND, torch.device("cuda", local_rank))
-
-
-def to_cpu(obj: Any) -> Any:
-    """`obj` (nested dicts, lists, tuples of tensors) with every tensor on the CPU, for saving."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_cpu(v) for v in obj]
-    if isinstance(obj, tuple):
-        items = [to_cpu(v) for v in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    return obj
 
 
 class TorchComm:
@@ -294,7 +281,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
     t0 = time.perf_counter()
     cfg = TrainConfig.from_dict(job.config)
     data, rows, n_total = job.load(comm.rank, comm.world)
-    run = holder["run"] = _Run(cfg, data, comm, rows, n_total, job.blocks)
+    run = holder["run"] = _Run(cfg, data, comm, rows, n_total, job.blocks, comm.device)
     t_setup = time.perf_counter() - t0
     resumed = bool(job.checkpoint_dir and job.resume
                    and load_sharded(run, job.checkpoint_dir, comm))

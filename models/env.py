@@ -19,6 +19,10 @@ jump to a location outside the K nearest (which the generator itself cannot prod
 `MobilityEnv.outside_k_fraction`). The labelling rule is a function of the same state the
 generator sees, so expert and generated pairs share one definition of each action.
 Runtime: O(E * (K + 48)) per step.
+
+Device: the map tables (coords, coords_norm, nearest, rank_weights) are built on the CPU and then
+moved to `device`; states live there too. Random draws (`sample_targets`) are made on the CPU
+from the caller's CPU torch.Generator and moved to the device, so they do not depend on it.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ class EnvState:
 class MobilityEnv:
     """The public map: coordinates of every location and the K-nearest table."""
 
-    def __init__(self, coords: np.ndarray, k_nearest: int = 200, explore_exponent: float = 0.6):
+    def __init__(self, coords: np.ndarray, k_nearest: int = 200, explore_exponent: float = 0.6,
+                 device: torch.device | str | None = None):
         coords = np.asarray(coords, dtype=np.float64)
         if coords.ndim != 2 or coords.shape[1] != 2 or len(coords) < 2:
             raise InvalidParameterError(f"coords must be (L>=2, 2); got shape {coords.shape}")
@@ -72,16 +77,20 @@ class MobilityEnv:
         self.nearest = torch.cat(nn_rows)  # (L, K) long, column k-1 = k-th nearest
         ranks = torch.arange(1, self.k + 1, dtype=torch.float64)
         self.rank_weights = (ranks ** -self.explore_exponent).float()  # (K,)
+        self.device = torch.device("cpu" if device is None else device)
+        for name in ("coords", "coords_norm", "nearest", "rank_weights"):
+            setattr(self, name, getattr(self, name).to(self.device))
 
     # ----------------------------------------------------------------------------------------
     def reset(self, start_locs: torch.Tensor) -> EnvState:
-        start = torch.as_tensor(start_locs, dtype=torch.long)
+        dev = self.device
+        start = torch.as_tensor(start_locs, dtype=torch.long).to(dev)
         e = start.shape[0]
-        hist = torch.full((e, SLOTS), -1, dtype=torch.long)
+        hist = torch.full((e, SLOTS), -1, dtype=torch.long, device=dev)
         hist[:, 0] = start
-        one = torch.ones(e, dtype=torch.long)
-        return EnvState(start.clone(), start.clone(), torch.zeros(e, dtype=torch.long), one,
-                        one.clone(), hist)
+        one = torch.ones(e, dtype=torch.long, device=dev)
+        return EnvState(start.clone(), start.clone(),
+                        torch.zeros(e, dtype=torch.long, device=dev), one, one.clone(), hist)
 
     def _visited(self, state: EnvState, cand: torch.Tensor) -> torch.Tensor:
         """(E, C) bool: candidate location already in the episode's history."""
@@ -94,7 +103,8 @@ class MobilityEnv:
 
     def action_mask(self, state: EnvState) -> torch.Tensor:
         """(E, 4) bool of valid actions (stay and explore are always valid)."""
-        mask = torch.ones(state.loc.shape[0], N_ACTIONS, dtype=torch.bool)
+        mask = torch.ones(state.loc.shape[0], N_ACTIONS, dtype=torch.bool,
+                          device=state.loc.device)
         mask[:, HOME] = state.loc != state.home
         mask[:, RETURN] = self._return_weights(state).sum(1) > 0
         return mask
@@ -110,12 +120,12 @@ class MobilityEnv:
                            state.n_distinct[exp], state.stay_len[exp], state.history[exp])
             w = self.rank_weights.expand(exp.numel(), -1).masked_fill(self._visited(sub, cand), 0)
             w = torch.where(w.sum(1, keepdim=True) > 0, w, self.rank_weights)  # all visited: any
-            k = torch.multinomial(w, 1, generator=gen).squeeze(1)
-            targets[exp] = cand[torch.arange(exp.numel()), k]
+            k = torch.multinomial(w.cpu(), 1, generator=gen).squeeze(1).to(w.device)  # CPU draw
+            targets[exp] = cand[torch.arange(exp.numel(), device=w.device), k]
         ret = (actions == RETURN).nonzero().squeeze(1)
         if ret.numel():
             w = self._return_weights(state)[ret]
-            j = torch.multinomial(w, 1, generator=gen).squeeze(1)
+            j = torch.multinomial(w.cpu(), 1, generator=gen).squeeze(1).to(w.device)
             targets[ret] = state.history[ret, j]
         return targets
 
@@ -125,7 +135,7 @@ class MobilityEnv:
                           torch.where(actions == HOME, state.home, targets))
         is_new = ~self._visited(state, new[:, None]).squeeze(1)
         hist = state.history.clone()
-        rows = torch.arange(new.shape[0])
+        rows = torch.arange(new.shape[0], device=new.device)
         hist[rows, state.slot + 1] = new
         return EnvState(new, state.home, state.slot + 1, state.n_distinct + is_new.long(),
                         torch.where(new == state.loc, state.stay_len + 1,
@@ -134,7 +144,7 @@ class MobilityEnv:
     # ----------------------------------------------------------------------------------------
     def label(self, state: EnvState, next_locs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Expert action and target for the transition of each episode to `next_locs`."""
-        nxt = torch.as_tensor(next_locs, dtype=torch.long)
+        nxt = torch.as_tensor(next_locs, dtype=torch.long).to(state.loc.device)
         visited = self._visited(state, nxt[:, None]).squeeze(1)
         act = torch.full_like(nxt, EXPLORE)
         act = torch.where(visited, torch.full_like(nxt, RETURN), act)

@@ -86,11 +86,12 @@ def expert_trajectories(env: MobilityEnv, days: np.ndarray) -> Trajectories:
 
 def expert_features_per_user(env: MobilityEnv, days_per_user: list[np.ndarray]
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded (U, Nmax, F) expert features and (U,) counts of real pairs per user."""
+    """Padded (U, Nmax, F) expert features (on the env's device) and (U,) CPU counts of real
+    pairs per user."""
     all_days = np.concatenate(days_per_user)
     feats = expert_trajectories(env, all_days).features  # (n_days, T, F)
     counts = torch.tensor([len(d) * (SLOTS - 1) for d in days_per_user])
-    out = torch.zeros(len(days_per_user), int(counts.max()), FEATURE_DIM)
+    out = torch.zeros(len(days_per_user), int(counts.max()), FEATURE_DIM, device=feats.device)
     start = 0
     for u, d in enumerate(days_per_user):  # one-off padding at setup, not in the training step
         f = feats[start:start + len(d)].reshape(-1, FEATURE_DIM)

@@ -2,7 +2,8 @@
 
 Old log-probabilities and values are stored at rollout time; the first minibatch of the first
 epoch therefore sees ratio exactly 1, later ones see the policy move. Every random draw (actions,
-targets, minibatch order) takes an explicit torch.Generator.
+targets, minibatch order) takes an explicit CPU torch.Generator; the draw is made on the CPU
+and moved to the device of the networks and the environment (same numbers on any device).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def rollout(policy: PolicyNet, value: ValueNet, env: MobilityEnv, start_locs: to
         obs = {"loc": state.loc, "home": state.home, "slot": state.slot,
                "n_distinct": state.n_distinct, "stay_len": state.stay_len, "mask": mask}
         probs = torch.softmax(policy(obs, env.coords_norm), -1)
-        a = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        a = torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(1).to(probs.device)
         tgt = env.sample_targets(state, a, gen)
         states.append(state)
         masks.append(mask)
@@ -59,7 +60,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 0.99,
         lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over (E, T); the day ends after T (bootstrap 0)."""
     adv = torch.zeros_like(rewards)
-    last = torch.zeros(rewards.shape[0])
+    last = torch.zeros(rewards.shape[0], device=rewards.device)
     for t in range(rewards.shape[1] - 1, -1, -1):
         nxt = values[:, t + 1] if t + 1 < rewards.shape[1] else torch.zeros_like(last)
         delta = rewards[:, t] + gamma * nxt - values[:, t]
@@ -95,7 +96,7 @@ def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, r
     for _ in range(s.epochs):
         perm = torch.randperm(n, generator=gen)
         for start in range(0, n, s.minibatch):
-            i = perm[start:start + s.minibatch]
+            i = perm[start:start + s.minibatch].to(acts.device)
             o = {k: v[i] for k, v in obs.items()}
             dist = policy.distribution(o, env.coords_norm)
             ratio = torch.exp(dist.log_prob(acts[i]) - logp_old[i])

@@ -19,6 +19,15 @@ Budget is checked inside step 5 before each noise draw; a refused release ends t
 `stopped_reason` set and the policy of the last completed round.
 W ranks equal one process up to the order of floating-point sums (all-reduce, DDP); see
 tests/models/test_distributed.py for the tolerance.
+
+Device (`_Run(device=...)`, `fit(device=...)`; the distributed job passes its placement's
+device): the policy, value net, critics and their Adam moments, the expert features and the
+environment's tables live on it, and rollouts, critic training and scoring and PPO run there.
+On the CPU stay: every random draw (CPU torch.Generators and the numpy participation stream;
+each draw is moved with `.to(device)`, so the numbers do not depend on the device or the
+sharding), user indices, per-user real-pair counts, the DP start histogram and the DP
+releases (the moments are small (B,) vectors, moved to the CPU before rank 0 adds noise), and
+the accountant. Everything saved is moved to the CPU (`to_cpu`), so it loads anywhere.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from torch import nn
 from models.accounting import PrivacyAccountant
 from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
 from models.aggregation.base import laplace
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
 from models.config import TrainConfig
 from models.critic_store import UserCritics, critic_shard
 from models.critics import (
@@ -187,8 +196,11 @@ def critic_step_rows(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tens
     alpha = torch.rand((n_total, batch, 1), generator=gen)[rows]
     if users.numel() == 0:
         return torch.zeros(0)
-    real_b = real[users[:, None], (u_real * counts[users][:, None]).long()]
-    return critic_update(critics, opt, real_b, generated[u_gen], alpha, users, kind, lambda_gp)
+    dev = real.device  # draws and indices on the CPU (users, counts), rows gathered on `dev`
+    ridx = (u_real * counts[users][:, None]).long()
+    real_b = real[users[:, None].to(dev), ridx.to(dev)]
+    return critic_update(critics, opt, real_b, generated[u_gen.to(dev)], alpha.to(dev), users,
+                         kind, lambda_gp)
 
 
 def start_mass(days_per_user: list[np.ndarray], n_locations: int) -> torch.Tensor:
@@ -235,7 +247,8 @@ def _gen(seed: int) -> torch.Generator:
 def moments_all(comm: Comm, mom: Moments) -> Moments:
     red = comm.all_reduce_sum(torch.stack([mom.sum, mom.sumsq]))
     cnt = comm.all_reduce_sum(torch.tensor([float(mom.count)], dtype=torch.float64))
-    return Moments(red[0], red[1], int(round(float(cnt[0]))))
+    # on the CPU: the DP releases draw their noise there
+    return Moments(red[0].cpu(), red[1].cpu(), int(round(float(cnt[0]))))
 
 
 def ldp_release(scheme: LdpReward, rewards: torch.Tensor, rows: torch.Tensor, n_total: int,
@@ -260,7 +273,8 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
     adv, ret = gae(rewards, ro.values, s.gamma, s.gae_lambda)
     adv, ret = adv.reshape(-1).double(), ret.reshape(-1)
     st = comm.all_reduce_sum(torch.stack([adv.sum(), (adv * adv).sum(),
-                                          torch.tensor(float(adv.numel()), dtype=torch.float64)]))
+                                          torch.tensor(float(adv.numel()), dtype=torch.float64,
+                                                       device=adv.device)]))
     n_all = float(st[2])
     mean = st[0] / n_all
     std = math.sqrt(max(0.0, float(st[1] - n_all * mean * mean) / max(1.0, n_all - 1)))
@@ -273,7 +287,8 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
     for _ in range(s.epochs):
         perms = [torch.randperm(n_b, generator=g) for g in block_gens]
         for start in range(0, n_b, mb):
-            i = torch.cat([j * n_b + p[start:start + mb] for j, p in enumerate(perms)])
+            i = torch.cat([j * n_b + p[start:start + mb] for j, p in enumerate(perms)]
+                          ).to(acts.device)
             n_global = n_blocks * min(mb, n_b - start)
             o = {k: v[i] for k, v in obs.items()}
             logits, values = model(o, env.coords_norm)
@@ -300,17 +315,20 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
 class _Run:
     """All mutable training state of one rank; `state_dict` is what a checkpoint holds.
 
-    data: this rank's users; rows: their global indices (ascending); n_total: all users.
+    data: this rank's users; rows: their global indices (ascending); n_total: all users;
+    device: where the networks, critics, expert features and environment live (default CPU).
     """
 
     def __init__(self, cfg: TrainConfig, data: TrainData, comm: Comm | None = None,
-                 rows: torch.Tensor | None = None, n_total: int | None = None, blocks: int = 1):
+                 rows: torch.Tensor | None = None, n_total: int | None = None, blocks: int = 1,
+                 device: torch.device | str | None = None):
         self.comm = comm or LocalComm()
+        self.device = torch.device("cpu" if device is None else device)
         self.cfg, self.data, self.blocks = cfg, data, blocks
         self.rows = torch.arange(data.n_users) if rows is None else rows.long()
         self.n_total = data.n_users if n_total is None else n_total
         check_blocks(cfg, blocks, self.comm.world)
-        self.env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent)
+        self.env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent, self.device)
         self.real, self.counts = expert_features_per_user(self.env, data.days_per_user)
         self.gens, self.rng = make_generators(cfg.seed)
         n_loc = self.env.n_locations
@@ -318,12 +336,12 @@ class _Run:
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
             self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
             self.value = ValueNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
-        self.module = ActorCritic(self.policy, self.value)
+        self.module = ActorCritic(self.policy, self.value).to(self.device)  # CPU init, moved
         self.model = self.comm.wrap(self.module)
         self.ppo_opt = torch.optim.Adam(self.module.parameters(), lr=cfg.policy_lr)
         full = BatchedCritics(self.n_total, FEATURE_DIM, cfg.critic_hidden, self.gens["init"],
                               cfg.spectral_norm)  # drawn for all users: shard-invariant init
-        self.critics = shard_critics(full, self.rows)
+        self.critics = shard_critics(full, self.rows).to(self.device)
         self.critic_opt = BatchedAdam(list(self.critics.parameters()), lr=cfg.critic_lr)
         self.accountant = PrivacyAccountant(cfg.delta, cfg.target_epsilon, cfg.accountant)
         self.scheme = make_scheme(cfg)
@@ -433,7 +451,8 @@ class _Run:
                                      cfg.lambda_gp, g["critic"])
         t2 = time.perf_counter()
         if isinstance(self.scheme, LdpReward):
-            rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems)
+            # scored on the device; the LDP perturbation draws its noise table on the CPU
+            rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems).cpu()
             raw = comm.all_reduce_sum(torch.cat([rw.double().sum(0),
                                                  torch.tensor([float(rw.shape[0])])]))
             raw_mean = raw[:-1] / raw[-1]
@@ -449,7 +468,7 @@ class _Run:
 
             rel_rewards, eps_batch = self._from_rank0(release)
         t3 = time.perf_counter()
-        rewards = rel_rewards.float().view(cfg.episodes_per_round, -1)
+        rewards = rel_rewards.float().view(cfg.episodes_per_round, -1).to(self.device)
         mine_eps = self.my_blocks()
         local_rewards = rewards[mine_eps.start * e_b:mine_eps.stop * e_b]
         stats = sharded_ppo_update(self.model, self.module, self.ppo_opt, ro, local_rewards,
@@ -473,7 +492,8 @@ class _Run:
                             "ppo": t4 - t3}}
 
     def result(self) -> FitResult:
-        return FitResult(self.cfg, {k: v.clone() for k, v in self.policy.state_dict().items()},
+        return FitResult(self.cfg, {k: v.detach().cpu().clone()
+                                    for k, v in self.policy.state_dict().items()},
                          self.env.n_locations, self.start_probs, self.accountant.summary(),
                          self.accountant.state_dict(), self.history, self.round, self.stopped,
                          critic_shard(self)["critics"], list(self.data.user_ids))
@@ -505,12 +525,14 @@ def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
 
 
 def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
-        resume: bool = False, stop_after: int | None = None, blocks: int = 1) -> FitResult:
+        resume: bool = False, stop_after: int | None = None, blocks: int = 1,
+        device: torch.device | str | None = None) -> FitResult:
     """Train PateGAIL / PateGAIL++ on `data` in this process; `stop_after` ends early after that
     many rounds in total (for tests of resume); `resume` continues from
     `checkpoint_dir/latest.pt`; `blocks` = rollout blocks (use the W-process run's value to
-    reproduce it here)."""
-    run = _Run(config, data, blocks=blocks)
+    reproduce it here); `device`: where the model computes (default CPU; see the module doc),
+    the result and checkpoints hold CPU tensors either way."""
+    run = _Run(config, data, blocks=blocks, device=device)
     ckpt = load_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
     if ckpt is not None:
         run.load_state_dict(ckpt)
@@ -521,6 +543,7 @@ def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | No
         except BudgetExceededError as exc:
             raise BudgetExceededError(f"start histogram alone exceeds the budget: {exc}") from exc
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
-    save = (lambda: save_checkpoint(run.state_dict(), checkpoint_dir)) if checkpoint_dir else None
+    save = ((lambda: save_checkpoint(to_cpu(run.state_dict()), checkpoint_dir))
+            if checkpoint_dir else None)
     train_loop(run, last, save)
     return run.result()
