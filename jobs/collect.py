@@ -9,7 +9,9 @@ against the raw trajectories into `trajpriv_pub.evaluation`.
 The privacy logic (budget windows, refusals, seeding, pseudonyms) is in `udfs.collect_kernel`;
 this module only reads, groups, calls the kernels and writes. Order of side effects, so that a
 crash never under-counts spend: plan (no noise) -> ledger -> release (noise, written once) ->
-release registry -> metrics (read back from the written table).
+release registry -> metrics (read back from the written table). A run killed before it published
+anything has its ledger spend voided by the next run (`jobs.collect_recovery`), so a rerun after
+a crash neither counts that budget twice nor releases less than an undisturbed run would.
 
 Idempotence: a collection is (dataset, run label, period, mechanism, epsilon). One already
 published is reused and spends nothing; `--fresh` perturbs again with the next release number
@@ -38,7 +40,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from jobs import fault_injection
 from jobs.catalog import read_table, table_exists, write_table
+from jobs.collect_recovery import drop_voided, interrupted_runs
 from jobs.config import CollectConfig, Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from udfs import collect_kernel as K
@@ -71,6 +75,8 @@ PLAN_SCHEMA = T.StructType(
         T.StructField("remaining", T.DoubleType()),
         T.StructField("released", T.BooleanType()),
         T.StructField("reason", T.StringType()),
+        T.StructField("plan_partition", T.IntegerType()),
+        T.StructField("traj_key", T.StringType()),  # released rows only: joins metrics back
     ]
 )
 RELEASE_SCHEMA = T.StructType(
@@ -89,12 +95,7 @@ LEDGER_SCHEMA = T.StructType(
         T.StructField("user_id", T.StringType()),
         T.StructField("epsilon", T.DoubleType()),
         T.StructField("window_start", T.DateType()),
-    ]
-)
-KEYED_SCHEMA = T.StructType(
-    [
-        T.StructField("traj_key", T.StringType()),
-        T.StructField("true_ids", T.ArrayType(T.IntegerType())),
+        T.StructField("spends", T.LongType()),
     ]
 )
 
@@ -171,7 +172,10 @@ def load_space(spark: SparkSession, dataset: str) -> tuple[LocationSpace, DataFr
 def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
     """Raw trajectories of the dataset inside the collection window (no timestamps read)."""
     c = cfg.collect
-    df = read_table(spark, TRAJECTORIES).where(F.col("dataset") == cfg.dataset)
+    # A row without a user cannot be charged to anyone's budget (ingest never writes one).
+    df = read_table(spark, TRAJECTORIES).where(
+        (F.col("dataset") == cfg.dataset) & F.col("user_id").isNotNull()
+    )
     if c.window_start is not None:
         df = df.where(F.col("date") >= F.lit(c.window_start))
     if c.window_end is not None:
@@ -186,27 +190,66 @@ def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
     )
 
 
-def prior_spend(spark: SparkSession, cfg: Config, policy: K.BudgetPolicy, run_id: str) -> DataFrame:
-    """Ledger rows (user_id, epsilon, window_start) that can share a budget window with this run.
+def prior_spend(
+    spark: SparkSession,
+    cfg: Config,
+    policy: K.BudgetPolicy,
+    run_id: str,
+    voided: tuple[str, ...] | list[str] = (),
+) -> DataFrame:
+    """Prior spend (user_id, epsilon, window_start, spends) that can share a window with this run.
+
+    Aggregated in Spark to one row per (user, window, epsilon) with the number of such spends:
+    the planner's sums stay exact (count x epsilon), and the ledger, which grows by one row per
+    released trajectory and setting of every run, does not travel to Python row by row.
 
     Rows of `run_id` itself are left out: this run's ledger partition is rewritten (a retried
-    task with the same run id must not count its own spend twice).
+    task with the same run id must not count its own spend twice). So are the rows of `voided`
+    runs (interrupted before they disclosed anything: `jobs.collect_recovery`).
     """
     if not table_exists(spark, LEDGER):
         return spark.createDataFrame([], LEDGER_SCHEMA)
     c = cfg.collect
-    df = spark.table(LEDGER).where(F.col("run_id") != run_id)
+    df = spark.table(LEDGER).where(~F.col("run_id").isin([run_id, *voided]))
     if c.window_start is not None:
         df = df.where(F.col("window_start") >= F.lit(policy.window_start(c.window_start)))
     if c.window_end is not None:
         end = policy.window_start(c.window_end) + dt.timedelta(days=c.window_days)
         df = df.where(F.col("window_start") < F.lit(end))
-    return df.select(
-        F.col("user_id").cast("string"), F.col("epsilon").cast("double"), "window_start"
+    return (
+        df.select(F.col("user_id").cast("string"), F.col("epsilon").cast("double"),
+                  "window_start")
+        .groupBy("user_id", "window_start", "epsilon")
+        .agg(F.count(F.lit(1)).alias("spends"))
     )
 
 
 # ----------------------------------------------------------------------------- plan
+def complete_groups(batches, key: str = "user_id"):
+    """Re-cut one partition's pandas batches (sorted by `key`) so no group straddles two.
+
+    Why: Arrow cuts a partition into batches of `maxRecordsPerBatch` rows wherever it likes,
+    and the planner must see all of a user's rows (trajectories and ledger) at once. The last
+    group of each batch is held back and prepended to the next one. A key out of order would
+    plan one user twice (and spend twice), so it stops the task instead.
+    """
+    carry = None
+    for pdf in batches:
+        if carry is not None:
+            pdf = pd.concat([carry, pdf], ignore_index=True)
+        if pdf.empty:
+            continue
+        keys = pdf[key].to_numpy()
+        if len(keys) > 1 and (keys[1:] < keys[:-1]).any():
+            raise AssertionError(f"rows are not sorted by {key} within the partition")
+        cut = int(np.searchsorted(keys, keys[-1], side="left"))
+        carry = pdf.iloc[cut:]
+        if cut:
+            yield pdf.iloc[:cut]
+    if carry is not None and not carry.empty:
+        yield carry
+
+
 def build_plan(
     trajectories: DataFrame,
     ledger: DataFrame,
@@ -215,18 +258,75 @@ def build_plan(
     policy: K.BudgetPolicy,
     n_locations: int,
     max_len: int | None,
+    partitions: int,
+    traj_key_of=None,
+    dataset: str = "",
+    timer=None,
 ) -> DataFrame:
-    """Per-user budget plan (no randomness). Row shape: PLAN_SCHEMA."""
+    """Budget plan of every user (no randomness). Row shape: PLAN_SCHEMA.
 
-    def planner(trajs: pd.DataFrame, spent: pd.DataFrame) -> pd.DataFrame:
-        return K.plan_user(
-            trajs, spent, cost=cost, policy=policy, n_locations=n_locations, max_len=max_len
+    Trajectories and prior ledger rows travel in one stream, hash-partitioned and sorted by
+    user, and the vectorised planner takes many whole users per call (a call per user cost more
+    in pandas overhead than the planning itself). The output stays partitioned by user_id
+    (each row notes its `plan_partition`), so the release reads it without a second shuffle.
+    Released rows get their `traj_key` here (`traj_key_of`, the keyed hash the release uses), so
+    the metrics join the raw trajectories without another Python pass over them.
+    """
+    # Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
+    # The other kind's numeric columns hold fillers, not nulls: pandas would turn an int
+    # column with nulls into floats.
+    stream = trajectories.select(
+        "user_id", "date", "traj_id", "loc_ids", "n",
+        F.lit(0.0).alias("epsilon"),
+        F.col("date").alias("window_start"),
+        F.lit(0).cast("long").alias("spends"),
+        F.lit(False).alias("is_ledger"),
+    ).unionByName(
+        ledger.select(
+            "user_id",
+            F.col("window_start").alias("date"),
+            F.lit(-1).cast("long").alias("traj_id"),
+            F.lit(None).cast("array<int>").alias("loc_ids"),
+            F.lit(0).alias("n"),
+            "epsilon",
+            "window_start",
+            "spends",
+            F.lit(True).alias("is_ledger"),
         )
+    )
+
+    def planner(batches):
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()  # the release checks it still holds these rows
+        for pdf in complete_groups(batches):
+            is_ledger = pdf["is_ledger"].to_numpy(dtype=bool)
+            trajs = pdf.loc[~is_ledger, ["user_id", "date", "traj_id", "loc_ids", "n"]]
+            spent = pdf.loc[is_ledger, ["user_id", "epsilon", "window_start", "spends"]]
+            if not trajs.empty:
+                t0 = time.perf_counter()
+                out = K.plan_users(trajs, spent, cost=cost, policy=policy,
+                                   n_locations=n_locations, max_len=max_len)
+                if timer is not None:
+                    timer.add(time.perf_counter() - t0)
+                yield out.assign(plan_partition=np.int32(part), traj_key=_keys(out))
+
+    def _keys(plan: pd.DataFrame) -> np.ndarray:
+        keys = np.full(len(plan), None, dtype=object)
+        mine = plan["released"].to_numpy(dtype=bool)
+        if traj_key_of is not None and mine.any():
+            rel = plan[mine]
+            keys[mine] = [
+                traj_key_of(K.traj_message(dataset, u, d, t))
+                for u, d, t in zip(rel["user_id"], K.iso_dates(rel["date"]), rel["traj_id"],
+                                   strict=True)
+            ]
+        return keys
 
     return (
-        trajectories.groupBy("user_id")
-        .cogroup(ledger.groupBy("user_id"))
-        .applyInPandas(planner, PLAN_SCHEMA)
+        stream.repartition(partitions, "user_id")
+        .sortWithinPartitions("user_id")
+        .mapInPandas(planner, PLAN_SCHEMA)
     )
 
 
@@ -300,15 +400,37 @@ def _space_of(bc, token: str) -> LocationSpace:
 
 
 def make_release_fn(bc, kernel: K.ReleaseKernel, timer=None):
-    """The applyInPandas function: one user's rows -> that user's published rows."""
+    """The mapInPandas function: batches of whole users -> their published rows.
+
+    The kernel still runs once per user (each user has their own random stream); the batch
+    only saves the per-group Arrow round trip of applyInPandas (about 1 ms a user). Every row
+    must sit in the partition that planned it (`plan_partition`): a user split over two
+    partitions would be perturbed twice from the same seed, so a mismatch stops the task.
+    """
     token = uuid.uuid4().hex
 
-    def release(pdf: pd.DataFrame) -> pd.DataFrame:
-        t0 = time.perf_counter()
-        out = kernel(pdf, _space_of(bc, token))
-        if timer is not None:
-            timer.add(time.perf_counter() - t0)
-        return out
+    def release(batches):
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        for pdf in complete_groups(batches):
+            if (pdf["plan_partition"].to_numpy() != part).any():
+                raise AssertionError(
+                    f"release task {part} got rows planned in another partition: a shuffle "
+                    "between plan and release would split users; keep the plan's partitioning"
+                )
+            users = pdf["user_id"].to_numpy()
+            cuts = np.flatnonzero(users[1:] != users[:-1]) + 1
+            bounds = [0, *cuts.tolist(), len(users)]
+            space = _space_of(bc, token)
+            outs = []
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                fault_injection.on_release_group()  # test-only; a no-op unless a test sets it
+                t0 = time.perf_counter()
+                outs.append(kernel(pdf.iloc[a:b], space))
+                if timer is not None:
+                    timer.add(time.perf_counter() - t0)
+            yield pd.concat(outs, ignore_index=True)
 
     return release
 
@@ -333,28 +455,23 @@ def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
 
 
 def perturb_released(released: DataFrame, bc, kernel: K.ReleaseKernel, timer=None) -> DataFrame:
-    """(user_id, date, traj_id, loc_ids) -> RELEASE_SCHEMA rows, one group per user."""
+    """(user_id, date, traj_id, loc_ids[, plan_partition]) -> RELEASE_SCHEMA rows.
+
+    Rows straight from the plan carry `plan_partition` and are already clustered by user (no
+    shuffle here); any other input is first hash-partitioned by user.
+    """
+    if "plan_partition" not in released.columns:
+        released = released.repartition("user_id").withColumn(
+            "plan_partition", F.spark_partition_id()
+        )
     fn = make_release_fn(bc, kernel, timer)
-    return released.groupBy("user_id").applyInPandas(fn, RELEASE_SCHEMA)
+    cols = ["user_id", "date", "traj_id", "loc_ids", "plan_partition"]
+    return released.select(*cols).sortWithinPartitions("user_id").mapInPandas(fn, RELEASE_SCHEMA)
 
 
-def keyed_raw(released: DataFrame, cfg: Config) -> DataFrame:
-    """Raw trajectories with their traj_key (to join the published rows back for metrics)."""
-    pkey = pseudonym_key(cfg.storage.secrets)
-    dataset = cfg.dataset
-
-    def key_batches(batches):
-        for pdf in batches:
-            dates = K.iso_dates(pdf["date"])
-            keys = [
-                pseudonym(pkey, K.traj_message(dataset, u, d, t))
-                for u, d, t in zip(pdf["user_id"], dates, pdf["traj_id"], strict=True)
-            ]
-            yield pd.DataFrame({"traj_key": keys, "true_ids": pdf["loc_ids"]})
-
-    return released.select("user_id", "date", "traj_id", "loc_ids").mapInPandas(
-        key_batches, KEYED_SCHEMA
-    )
+def keyed_raw(plan: DataFrame) -> DataFrame:
+    """(traj_key, true_ids) of the released trajectories, to join the published rows back."""
+    return plan.where("released").select("traj_key", F.col("loc_ids").alias("true_ids"))
 
 
 def ensure_view(spark: SparkSession) -> None:
@@ -435,17 +552,25 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         )
     t0 = time.perf_counter()
     space, locations = load_space(spark, cfg.dataset)
+    voided = interrupted_runs(spark, ctx.run_id)
+    figures["voided_runs"] = voided
+    plan_timer = spark.sparkContext.accumulator(0.0)
     plan = build_plan(
         read_window(spark, cfg),
-        prior_spend(spark, cfg, policy, ctx.run_id),
+        prior_spend(spark, cfg, policy, ctx.run_id, voided),
         cost=cost,
         policy=policy,
         n_locations=space.n,
         max_len=c.max_len,
+        partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
+        traj_key_of=functools.partial(pseudonym, pseudonym_key(cfg.storage.secrets)),
+        dataset=cfg.dataset,
+        timer=plan_timer,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         summary = summarise_plan(plan)
         figures["plan_s"] = round(time.perf_counter() - t0, 3)
+        figures["plan_kernel_cpu_s"] = round(plan_timer.value, 3)
         counts = summary["counts"]
         n_released = counts.get(K.RELEASED, {}).get("trajectories", 0)
         figures.update(
@@ -485,19 +610,21 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
                 F.lit(spent_at).cast("timestamp").alias("spent_at"),
             )
         )
-        write_table(
-            ledger,
-            LEDGER,
-            partition_by=LEDGER_PARTITIONS,
-            replace={"stage": STAGE, "run_id": ctx.run_id},
-        )
+        # Every row falls in the one partition (stage, run_id), which dynamic overwrite
+        # replaces (a retried run id rewrites its own spend). No `replace` scope: the plan
+        # released >= 1 trajectory, so there is no stale partition to drop, and the scope check
+        # would recompute the ledger rows in a second Spark job.
+        write_table(ledger, LEDGER, partition_by=LEDGER_PARTITIONS)
+        drop_voided(spark, voided)  # after our own rows: a crash in between voids both next time
         figures["ledger_s"] = round(time.perf_counter() - t1, 3)
 
         # 4. Release: the only random step, written once before anything reads it.
         t2 = time.perf_counter()
         bc = spark.sparkContext.broadcast(space)
         timer = spark.sparkContext.accumulator(0.0)
-        released = plan.where("released").select("user_id", "date", "traj_id", "loc_ids")
+        released = plan.where("released").select(
+            "user_id", "date", "traj_id", "loc_ids", "plan_partition"
+        )
         out = perturb_released(released, bc, release_kernel(cfg, todo), timer).select(
             F.lit(ctx.run_id).alias("run_id"),
             F.lit(cfg.dataset).alias("dataset"),
@@ -527,7 +654,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         pairs = (
             _published_rows(spark, cfg, todo, ctx.run_id)
             .select("mechanism", "epsilon", "traj_key", F.col("loc_ids").alias("pert_ids"))
-            .join(keyed_raw(plan.where("released"), cfg), "traj_key")
+            .join(keyed_raw(plan), "traj_key")
         )
         rows = ldp_metrics(
             pairs,

@@ -10,7 +10,10 @@ Distances are the haversine package's formula evaluated in Spark and rounded to 
 `LocationSpace.dist`, so both sides compare the same numbers.
 
 Row shapes: pairs (group..., traj_key, true_ids array<int>, pert_ids array<int>)
--> points (group..., traj_key, pos, t, p, err_km) -> metric rows (group..., metric, value).
+-> per trajectory (group..., e = mean error km, m = points, w_i = points within delta_i) and
+visit counts (group..., loc_id, c) -> metric rows (group..., metric, value). Point errors are
+computed inside each trajectory row (coordinates as broadcast arrays indexed by loc_id), so no
+point-level row is exploded or shuffled.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 EARTH_RADIUS_KM = 6371.0088  # the haversine package's mean Earth radius
@@ -37,26 +41,40 @@ def haversine_km(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Colu
     return km.cast("float").cast("double")
 
 
-def point_errors(pairs: DataFrame, locations: DataFrame, group: Sequence[str] = GROUP) -> DataFrame:
-    """One row per point: (group..., traj_key, pos, t, p, err_km); same-id pairs have err 0."""
-    g = list(group)
-    z = pairs.select(
-        *g, "traj_key", F.posexplode(F.arrays_zip("true_ids", "pert_ids")).alias("pos", "z")
-    ).select(*g, "traj_key", "pos", F.col("z.true_ids").alias("t"), F.col("z.pert_ids").alias("p"))
-    loc = locations.select("loc_id", "lat", "lon")
-    a = F.broadcast(loc.toDF("t", "t_lat", "t_lon"))
-    b = F.broadcast(loc.toDF("p", "p_lat", "p_lon"))
-    pts = z.join(a, "t").join(b, "p")
-    err = F.when(F.col("t") == F.col("p"), F.lit(0.0)).otherwise(
-        haversine_km(F.col("t_lat"), F.col("t_lon"), F.col("p_lat"), F.col("p_lon"))
-    )
-    return pts.select(*g, "traj_key", "pos", "t", "p", err.alias("err_km"))
+def _with_coordinates(pairs: DataFrame, locations: DataFrame) -> DataFrame:
+    """pairs + (lat_of, lon_of): arrays of P's coordinates indexed by loc_id (one broadcast row).
+
+    Why arrays and not a join per point: every metric is then computed inside each trajectory
+    row with higher-order functions, so no point-level row is ever exploded or shuffled.
+    """
+    coords = locations.agg(
+        F.sort_array(F.collect_list(F.struct("loc_id", "lat", "lon"))).alias("c")
+    ).select(F.col("c.lat").alias("lat_of"), F.col("c.lon").alias("lon_of"))
+    return pairs.crossJoin(F.broadcast(coords))
 
 
-def _visit_counts(pts: DataFrame, g: list[str], col: str, name: str) -> DataFrame:
+def _errors(lat_of: Column, lon_of: Column) -> Column:
+    """Per trajectory: the array of per-point errors in km (same-id pairs have error 0)."""
+
+    def err(z: Column) -> Column:
+        t, p = z["true_ids"], z["pert_ids"]
+        return F.when(t == p, F.lit(0.0)).otherwise(
+            haversine_km(lat_of[t], lon_of[t], lat_of[p], lon_of[p])
+        )
+
+    return F.transform(F.arrays_zip("true_ids", "pert_ids"), err)
+
+
+def _within(delta_km: float):
+    """x -> x <= delta (a one-argument lambda: Spark reads a second one as the index)."""
+    limit = F.lit(float(delta_km))
+    return lambda x: x <= limit
+
+
+def _visit_counts(pairs: DataFrame, g: list[str], col: str, name: str) -> DataFrame:
+    """c(l) per group: trajectories visiting l at least once (distinct ids inside each row)."""
     return (
-        pts.select(*g, "traj_key", F.col(col).alias("loc_id"))
-        .distinct()
+        pairs.select(*g, F.explode(F.array_distinct(col)).alias("loc_id"))
         .groupBy(*g, "loc_id")
         .agg(F.count(F.lit(1)).alias(name))
     )
@@ -75,20 +93,26 @@ def ldp_metrics(
     """NE, PRQ@delta, ACD and KendallTau per group (mechanism, epsilon) as metric rows.
 
     Returns dicts {**group values, "metric", "value"}; `locations` is the public set P with
-    loc_id 0..n_locations-1 (the same ids as the LocationSpace). Two Spark jobs: the point
-    errors (NE, PRQ), then visit counts, ranking and Kendall's pair sums.
+    loc_id 0..n_locations-1 (the same ids as the LocationSpace). `pairs` (one row per
+    trajectory) is persisted once and read by two Spark aggregations: per-trajectory errors
+    (NE, PRQ), then visit counts (ACD and Kendall's tau-b from them on the driver).
     """
     g = list(group)
-    pts = point_errors(pairs, locations, g).persist(StorageLevel.MEMORY_AND_DISK)
+    pairs = pairs.select(*g, "traj_key", "true_ids", "pert_ids").persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     try:
         rows: list[dict[str, Any]] = []
-        # NE and PRQ in one job: per trajectory (sum of errors, points, points within delta).
-        within = [
-            F.sum((F.col("err_km") <= F.lit(float(d))).cast("long")).alias(f"w{i}")
-            for i, d in enumerate(prq_km)
-        ]
-        per_traj = pts.groupBy(*g, "traj_key").agg(
-            F.avg("err_km").alias("e"), F.count(F.lit(1)).alias("m"), *within
+        # NE and PRQ in one job: per trajectory (mean error, points, points within delta).
+        errs = _with_coordinates(pairs, locations).select(
+            *g, _errors(F.col("lat_of"), F.col("lon_of")).alias("err")
+        )
+        size = F.size("err")
+        per_traj = errs.select(
+            *g,
+            (F.aggregate("err", F.lit(0.0), lambda acc, x: acc + x) / size).alias("e"),
+            size.alias("m"),
+            *[F.size(F.filter("err", _within(d))).alias(f"w{i}") for i, d in enumerate(prq_km)],
         )
         totals = per_traj.groupBy(*g).agg(
             F.avg("e").alias("ne"),
@@ -101,10 +125,10 @@ def ldp_metrics(
             rows.append({**key, "metric": "NE", "value": float(ne)})
             for i, d in enumerate(prq_km):
                 rows.append({**key, "metric": prq_name(d), "value": r[f"w{i}"] / r["points"]})
-        rows += _ranking_metrics(pts, locations, g, top_fraction, n_locations)
+        rows += _ranking_metrics(pairs, g, top_fraction, n_locations)
         return rows
     finally:
-        pts.unpersist()
+        pairs.unpersist()
 
 
 def prq_name(delta_km: float) -> str:
@@ -112,65 +136,45 @@ def prq_name(delta_km: float) -> str:
 
 
 def _ranking_metrics(
-    pts: DataFrame, locations: DataFrame, g: list[str], top_fraction: float, n_locations: int
+    pairs: DataFrame, g: list[str], top_fraction: float, n_locations: int
 ) -> list[dict[str, Any]]:
+    """ACD and Kendall tau-b per group from the visit counts c_true(l), c_pert(l).
+
+    The counts are the Spark aggregation (one job over the trajectories); what is left is a
+    table of at most |P| rows per group, ranked and compared on the driver with integer
+    arithmetic (a Spark job per step cost more in scheduling than the work).
+    """
     k = max(1, math.ceil(top_fraction * n_locations))
-    settings = pts.select(*g).distinct()
-    full = (
-        settings.crossJoin(F.broadcast(locations.select("loc_id")))
-        .join(_visit_counts(pts, g, "t", "ct"), [*g, "loc_id"], "left")
-        .join(_visit_counts(pts, g, "p", "cp"), [*g, "loc_id"], "left")
+    counts = (
+        _visit_counts(pairs, g, "true_ids", "ct")
+        .join(_visit_counts(pairs, g, "pert_ids", "cp"), [*g, "loc_id"], "full")
         .fillna(0, ["ct", "cp"])
+        .collect()
     )
-    w = Window.partitionBy(*g).orderBy(F.col("ct").desc(), F.col("loc_id").asc())
-    top = full.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= k)
-    top = top.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        acd = top.groupBy(*g).agg(F.avg(F.abs(F.col("ct") - F.col("cp"))).alias("acd"))
-        a, b = top.alias("a"), top.alias("b")
-        cond = [F.col(f"a.{c}").eqNullSafe(F.col(f"b.{c}")) for c in g]
-        cond.append(F.col("a.loc_id") < F.col("b.loc_id"))
-        s = (
-            a.join(b, cond)
-            .groupBy(*[F.col(f"a.{c}").alias(c) for c in g])
-            .agg(
-                F.sum(
-                    F.signum(F.col("a.ct") - F.col("b.ct"))
-                    * F.signum(F.col("a.cp") - F.col("b.cp"))
-                )
-                .cast("long")
-                .alias("s")
-            )
-        )
-        ties = {}
-        for side in ("ct", "cp"):
-            ties[side] = (
-                top.groupBy(*g, side)
-                .agg(F.count(F.lit(1)).alias("m"))
-                .groupBy(*g)
-                .agg(F.sum(F.col("m") * (F.col("m") - 1) / 2).cast("long").alias(f"tie_{side}"))
-            )
-        summary = (
-            acd.join(s, g, "left")
-            .join(ties["ct"], g, "left")
-            .join(ties["cp"], g, "left")
-            .join(top.groupBy(*g).agg(F.count(F.lit(1)).alias("k")), g, "left")
-            .collect()
-        )
-    finally:
-        top.unpersist()
+    settings = [tuple(r[c] for c in g) for r in pairs.select(*g).distinct().collect()]
+    by_setting: dict[tuple, list] = {key: [] for key in settings}
+    for r in counts:
+        by_setting[tuple(r[c] for c in g)].append((r["loc_id"], r["ct"], r["cp"]))
     rows = []
-    for r in summary:
-        key = {c: r[c] for c in g}
-        rows.append({**key, "metric": "ACD", "value": float(r["acd"])})
-        rows.append(
-            {
-                **key,
-                "metric": "KendallTau",
-                "value": _tau_b(r["s"] or 0, r["k"], r["tie_ct"] or 0, r["tie_cp"] or 0),
-            }
-        )
+    for key, visits in by_setting.items():
+        ct = np.zeros(n_locations, dtype=np.int64)  # locations nobody visits count 0
+        cp = np.zeros(n_locations, dtype=np.int64)
+        for loc, t, p in visits:
+            ct[loc], cp[loc] = t, p
+        top = np.lexsort((np.arange(n_locations), -ct))[:k]  # count desc, then id asc
+        x, y = ct[top], cp[top]
+        s = int((np.sign(x[:, None] - x[None, :]) * np.sign(y[:, None] - y[None, :])).sum()) // 2
+        named = dict(zip(g, key, strict=True))
+        rows.append({**named, "metric": "ACD", "value": float(np.abs(x - y).mean())})
+        rows.append({**named, "metric": "KendallTau",
+                     "value": _tau_b(s, len(top), _ties(x), _ties(y))})
     return rows
+
+
+def _ties(values: np.ndarray) -> int:
+    """Pairs of equal values (the tie term of tau-b)."""
+    m = np.unique(values, return_counts=True)[1]
+    return int((m * (m - 1) // 2).sum())
 
 
 def _tau_b(s: int, k: int, tie_x: int, tie_y: int) -> float:

@@ -106,3 +106,51 @@ class RecordedMechanism:
         """(N, n) trajectories of one length -> (N, n) outputs."""
         return self.perturb_batch(traj, np.full(traj.shape[0], traj.shape[1]), rng=rng)
 
+
+
+def round_down(x: Fraction) -> float:
+    """The largest float <= x (a budget left is reported rounded in the user's favour)."""
+    f = float(x)
+    return math.nextafter(f, -math.inf) if Fraction(f) > x else f
+
+
+_INT_BOUND = 1 << 62  # |values| below this: int64 arithmetic and the float round trip are exact
+
+
+def round_down_exact(lefts, group, cost: Fraction, times) -> np.ndarray:
+    """Per row i: ``round_down(lefts[group[i]] - cost * times[i])`` without a Fraction per row.
+
+    Why: the budget planner needs the exact budget left before each of a million trajectories.
+    Floats are dyadic rationals, so every value is an integer over one power of two 2^s; the
+    numerators fit int64 for any sane budget, and int64 -> float64 rounds to nearest, which one
+    `nextafter` turns into rounding down; scaling by 2^-s is then exact (s <= 1022 keeps the
+    result normal). Anything outside those bounds takes the exact per-row Fraction path.
+    """
+    group = np.asarray(group, dtype=np.int64)
+    times = np.asarray(times, dtype=np.int64)
+    if group.size == 0:
+        return np.empty(0, dtype=np.float64)
+    scale = math.lcm(cost.denominator, *(f.denominator for f in lefts))
+    nums = [f.numerator * (scale // f.denominator) for f in lefts]
+    c_num = cost.numerator * (scale // cost.denominator)
+    shift = scale.bit_length() - 1
+    fits = (
+        scale == 1 << shift
+        and shift <= 1022
+        and c_num * int(times.max()) < _INT_BOUND
+        and all(-_INT_BOUND < x < _INT_BOUND for x in nums)
+    )
+    if not fits:
+        memo: dict[tuple[int, int], float] = {}
+        out = np.empty(group.size, dtype=np.float64)
+        for i, (g, t) in enumerate(zip(group.tolist(), times.tolist(), strict=True)):
+            v = memo.get((g, t))
+            if v is None:
+                v = memo[(g, t)] = round_down(lefts[g] - cost * t)
+            out[i] = v
+        return out
+    exact = np.asarray(nums, dtype=np.int64)[group] - np.int64(c_num) * times
+    f = exact.astype(np.float64)
+    over = f.astype(np.int64) > exact  # |f| <= 2^62, so the cast back is exact
+    f[over] = np.nextafter(f[over], -np.inf)
+    return np.ldexp(f, -shift)

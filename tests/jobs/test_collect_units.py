@@ -61,3 +61,24 @@ def test_window_order_is_validated():
         load_config(None, ["collect.window_start=2014-06-02", "collect.window_end=2014-06-01"])
     assert load_config(None, ["collect.window_start=2014-06-02"]).collect.window_start == (
         dt.date(2014, 6, 2))
+
+
+def test_complete_groups_never_split_a_user_over_two_batches():
+    import pandas as pd
+
+    users = ["a"] * 3 + ["b"] * 5 + ["c"] + ["d"] * 4
+    frame = pd.DataFrame({"user_id": users, "row": range(len(users))})
+    cuts = [0, 2, 2, 7, 9, 10, len(users)]  # Arrow's arbitrary batch edges, an empty one too
+    batches = [frame.iloc[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    out = list(C.complete_groups(iter(batches)))
+    assert pd.concat(out)["row"].tolist() == list(range(len(users)))
+    seen = [set(b["user_id"]) for b in out]
+    assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1:])
+
+
+def test_complete_groups_stops_on_rows_out_of_order():
+    import pandas as pd
+
+    batches = [pd.DataFrame({"user_id": ["a", "b"]}), pd.DataFrame({"user_id": ["a"]})]
+    with pytest.raises(AssertionError, match="not sorted by user_id"):
+        list(C.complete_groups(iter(batches)))

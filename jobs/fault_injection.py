@@ -1,0 +1,56 @@
+"""Test-only fault injection for the collect stage's Python workers. Never set in production.
+
+Why it exists: `tests/reliability/test_collect_faults.py` must show that a collection survives a
+Python worker dying mid-task (Spark retries the task and the retry redraws the same noise) and
+that a driver killed mid-release leaves nothing half-published and no double spend. Killing a
+process "partway" from outside is racy; these hooks make the fault happen at a known point.
+Both are read from the environment inside the release task (the driver's environment reaches
+Spark's Python workers), so nothing in a config or a table can switch them on.
+
+- `TRAJPRIV_TEST_KILL_WORKER=<marker path>`: the release task attempt 0 whose worker first
+  creates the marker file (atomically, so it fires once per marker) SIGKILLs its own Python
+  worker after `KILL_AFTER_GROUPS` users, i.e. after it has already streamed rows back.
+- `TRAJPRIV_TEST_RELEASE_REACHED=<path>`: the first release task to start creates the file and
+  then stalls for `STALL_S` seconds, so a test can kill the driver while the perturbation stage
+  is running (before anything is published).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+KILL_WORKER = "TRAJPRIV_TEST_KILL_WORKER"
+RELEASE_REACHED = "TRAJPRIV_TEST_RELEASE_REACHED"
+KILL_AFTER_GROUPS = 3
+STALL_S = 120.0
+
+_groups_seen: dict[tuple[int, int, int], int] = {}
+
+
+def _create_once(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
+def on_release_group() -> None:
+    """Called once per user group by the release UDF; a no-op unless a test set a variable."""
+    kill, reached = os.environ.get(KILL_WORKER), os.environ.get(RELEASE_REACHED)
+    if not kill and not reached:
+        return
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:  # the kernel called outside Spark (unit tests): nothing to inject
+        return
+    if reached and _create_once(reached):
+        time.sleep(STALL_S)
+    if kill and ctx.attemptNumber() == 0:
+        key = (ctx.stageId(), ctx.partitionId(), ctx.attemptNumber())
+        _groups_seen[key] = _groups_seen.get(key, 0) + 1
+        if _groups_seen[key] == KILL_AFTER_GROUPS and _create_once(kill):
+            os.kill(os.getpid(), signal.SIGKILL)
