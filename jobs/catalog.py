@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -50,6 +51,7 @@ def write_table(
     *,
     partition_by: list[str],
     replace: Mapping[str, Any] | None = None,
+    covers: Iterable[Mapping[str, Any]] | None = None,
 ) -> None:
     """Write `df` into `table`, replacing the scope `replace` (partition column -> value).
 
@@ -57,6 +59,10 @@ def write_table(
     rows do not cover are dropped afterwards. The caller keeps its rows inside the scope (they
     would overwrite other partitions otherwise). Creates the table on first write; the table's
     partition columns come last in its schema, so read it by column name.
+
+    `covers`: the partition values of `df` (one mapping per partition) when the caller already
+    knows them, so finding the stale partitions needs no second pass over the data. A caller
+    that passes it must list every partition `df` has; listing more keeps them from the drop.
     """
     spark = df.sparkSession
     replace = dict(replace or {})
@@ -78,7 +84,7 @@ def write_table(
         raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
     df.select(*target_cols).write.insertInto(table, overwrite=True)
     if replace:
-        _drop_stale_partitions(spark, table, partition_by, replace, df)
+        _drop_stale_partitions(spark, table, partition_by, replace, df, covers)
 
 
 def _drop_stale_partitions(
@@ -87,6 +93,7 @@ def _drop_stale_partitions(
     partition_by: list[str],
     replace: Mapping[str, Any],
     written: DataFrame,
+    covers: Iterable[Mapping[str, Any]] | None,
 ) -> None:
     spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in replace.items())
     existing = [
@@ -94,16 +101,30 @@ def _drop_stale_partitions(
     ]
     if not existing:
         return
-    kept = {
-        "/".join(f"{c}={row[c]}" for c in partition_by)
-        for row in written.select(*partition_by).distinct().collect()
-    }
-    for part in existing:
-        if part in kept:
-            continue
-        parts = dict(p.split("=", 1) for p in part.split("/"))
-        drop_spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in parts.items())
-        spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({drop_spec})")
+    if covers is None:
+        covers = [row.asDict() for row in written.select(*partition_by).distinct().collect()]
+    kept = {"/".join(f"{c}={_escape(part[c])}" for c in partition_by) for part in covers}
+    stale = [part for part in existing if part not in kept]
+    if not stale:
+        return
+    # One statement for all of them: each DROP is a metastore transaction and a table refresh.
+    specs = ", ".join(f"PARTITION ({_spec_of(part)})" for part in stale)
+    spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
+
+
+# Characters Hive/Spark escape as %XX in partition paths (ExternalCatalogUtils.escapePathName),
+# which is also how SHOW PARTITIONS prints the values.
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(i) for i in range(1, 32))
+
+
+def _escape(value: Any) -> str:
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in str(value))
+
+
+def _spec_of(part: str) -> str:
+    """'a=x/b=y%3Az' (SHOW PARTITIONS) -> "a='x', b='y:z'" (a PARTITION clause)."""
+    pairs = (item.split("=", 1) for item in part.split("/"))
+    return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
 
 
 def delete_scope(spark: SparkSession, table: str, replace: Mapping[str, Any]) -> None:

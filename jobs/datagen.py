@@ -12,8 +12,10 @@ run never leaves a mix of two generations.
 
 The work is one narrow Spark pipeline over user ids; the per-user kernel is
 `jobs.datagen_model.simulate_user` (pure numpy), seeded per user, so the output does not depend
-on `datagen.partitions`. The realism statistics (`jobs.datagen_stats`) are computed from the
-same persisted records, printed and returned as the run's figures.
+on `datagen.partitions`. The same kernel computes each record's realism metrics
+(`jobs.datagen_stats.record_metrics`, per user-day and per jump) beside the records, so the
+statistics come from the persisted records without sending them through Python again; they are
+printed and returned as the run's figures.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from jobs.config import Config
 from jobs.datagen_model import MobilityParams, simulate_users
@@ -37,15 +40,17 @@ from jobs.datagen_stations import (
     load_stations,
     nearest_neighbour_km,
 )
-from jobs.datagen_stats import format_stats, summarise, user_day_metrics
+from jobs.datagen_stats import format_stats, record_metrics, summarise
 
 log = logging.getLogger(__name__)
 
-RECORDS_SCHEMA = (
-    "user long, start timestamp_ntz, `end` timestamp_ntz, lat double, lon double, loc_id long"
+RECORD_COLUMNS = ["user", "start", "end", "lat", "lon", "loc_id"]
+METRIC_COLUMNS = ["day_records", "day_distinct", "day_rg_km", "jump_km"]
+GENERATED_SCHEMA = (
+    "user long, start timestamp_ntz, `end` timestamp_ntz, lat double, lon double, loc_id long, "
+    "day_records int, day_distinct int, day_rg_km double, jump_km double"
 )
-METRICS_SCHEMA = "n_records long, n_distinct long, rg_km double, jump_km double"
-USERS_PER_CHUNK = 64  # users simulated per pandas frame handed back to Spark
+USERS_PER_CHUNK = 64  # users simulated per Arrow batch handed back to Spark
 
 
 def station_table(cfg: Config) -> tuple[pd.DataFrame, str]:
@@ -86,44 +91,64 @@ def mobility_params(cfg: Config) -> MobilityParams:
 
 
 def generate(spark, stations: pd.DataFrame, params: MobilityParams, users: int, partitions: int):
-    """DataFrame of every record (RECORDS_SCHEMA); lazy, one narrow stage over user ids."""
+    """DataFrame of every record with its realism metrics (GENERATED_SCHEMA); lazy, one narrow
+    stage over user ids. The metric columns (`jobs.datagen_stats.record_metrics`) are null on
+    most rows; select RECORD_COLUMNS for the records themselves."""
     table = spark.sparkContext.broadcast(stations[["loc_id", "lat", "lon", "weight"]])
 
-    def kernel(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def kernel(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = StationIndex.from_table(table.value)
         for batch in batches:  # rows: user
-            ids = batch["user"].to_numpy()
+            ids = batch.column("user").to_numpy()
             for lo in range(0, len(ids), USERS_PER_CHUNK):
                 # rows: one per record of these users, each user's records sorted by start
-                yield simulate_users(ids[lo : lo + USERS_PER_CHUNK], index, params)
+                frame = simulate_users(ids[lo : lo + USERS_PER_CHUNK], index, params)
+                yield _record_batch(frame, record_metrics(frame))
 
     users_df = spark.range(0, users, numPartitions=partitions).withColumnRenamed("id", "user")
-    return users_df.mapInPandas(kernel, RECORDS_SCHEMA)
+    return users_df.mapInArrow(kernel, GENERATED_SCHEMA)
 
 
-def _partition_metrics(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """Whole partition of records -> per user-day rows (jump_km null) and per jump rows."""
-    frames = list(batches)
-    if not frames:
-        return
-    per_day, jumps = user_day_metrics(pd.concat(frames, ignore_index=True))
-    days = per_day[["n_records", "n_distinct", "rg_km"]].assign(jump_km=np.nan)
-    jump_rows = pd.DataFrame(
-        {"n_records": 0, "n_distinct": 0, "rg_km": np.nan, "jump_km": jumps}
-    ).astype({"n_records": np.int64, "n_distinct": np.int64})
-    yield pd.concat([days.astype({"n_records": np.int64, "n_distinct": np.int64}), jump_rows])
+def _record_batch(frame: pd.DataFrame, metrics: pd.DataFrame) -> pa.RecordBatch:
+    """Records plus metrics -> one Arrow batch of GENERATED_SCHEMA (NaN metrics become null)."""
+    arrays = [
+        pa.array(frame["user"].to_numpy(np.int64)),
+        pa.array(frame["start"].to_numpy("datetime64[us]")),
+        pa.array(frame["end"].to_numpy("datetime64[us]")),
+        pa.array(frame["lat"].to_numpy(np.float64)),
+        pa.array(frame["lon"].to_numpy(np.float64)),
+        pa.array(frame["loc_id"].to_numpy(np.int64)),
+    ]
+    for name in METRIC_COLUMNS:
+        values = metrics[name].to_numpy(np.float64)
+        missing = np.isnan(values)
+        typ = pa.int32() if name in ("day_records", "day_distinct") else pa.float64()
+        filled = np.where(missing, 0, values).astype(typ.to_pandas_dtype())
+        arrays.append(pa.array(filled, type=typ, mask=missing))
+    return pa.RecordBatch.from_arrays(arrays, names=RECORD_COLUMNS + METRIC_COLUMNS)
 
 
 def realism_figures(records, users: int, days: int) -> dict[str, Any]:
-    """Realism statistics of a records DataFrame whose partitions each hold whole users.
+    """Realism statistics from the metric columns of `generate`'s output (a persisted copy).
 
-    True of `generate`'s output (and of a persisted copy): mapInPandas keeps a user's records in
-    the partition of its id. Only per-day rows and jump distances reach the driver.
+    Only the first record of each user-day and the jump records reach the driver, and only
+    their metric columns: no second pass of the records through Python.
     """
-    rows = records.mapInPandas(_partition_metrics, METRICS_SCHEMA).toPandas()
-    is_day = rows["jump_km"].isna()
-    per_day = rows.loc[is_day, ["n_records", "n_distinct", "rg_km"]]
-    return summarise(per_day, rows.loc[~is_day, "jump_km"].to_numpy(), users=users, days=days)
+    rows = (
+        records.where("day_records IS NOT NULL OR jump_km IS NOT NULL")
+        .select(*METRIC_COLUMNS)
+        .toPandas()
+    )
+    first = rows["day_records"].notna()
+    per_day = pd.DataFrame(
+        {
+            "n_records": rows.loc[first, "day_records"].to_numpy(np.int64),
+            "n_distinct": rows.loc[first, "day_distinct"].to_numpy(np.int64),
+            "rg_km": rows.loc[first, "day_rg_km"].to_numpy(np.float64),
+        }
+    )
+    jumps = rows["jump_km"].dropna().to_numpy(np.float64)
+    return summarise(per_day, jumps, users=users, days=days)
 
 
 def _swap_in(tmp: Path, final: Path) -> None:
@@ -187,7 +212,9 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     records = generate(spark, stations, params, dg.users, dg.partitions)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        write_records(records, landing / "records", dg.output_format, ctx.run_id)
+        write_records(
+            records.select(*RECORD_COLUMNS), landing / "records", dg.output_format, ctx.run_id
+        )
         t_gen = time.perf_counter() - t0
         stats = realism_figures(records, dg.users, dg.days)
     finally:

@@ -14,6 +14,9 @@ Every draw comes from the user's own generator, in a fixed order, so results are
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,9 +61,9 @@ class Walker:
         explore = rng.random() < p.rho * len(self.visited) ** -p.gamma
         if not explore:
             cands = [loc for loc in self.visited if loc != cur and loc != self.home]
-            if cands:
-                w = np.cumsum([self.counts[loc] for loc in cands])
-                return self.visit(cands[int(np.searchsorted(w, rng.random() * w[-1], "right"))])
+            if cands:  # Python floats: this runs ~100 times a user, numpy calls cost more here
+                w = list(accumulate(self.counts[loc] for loc in cands))
+                return self.visit(cands[bisect_right(w, rng.random() * w[-1])])
         return self.visit(self._explore(cur, rng))
 
     def _explore(self, cur: int, rng: np.random.Generator) -> int:
@@ -72,13 +75,13 @@ class Walker:
         _, near = self.st.tree.query(target, k=min(4, len(self.st)))
         near = np.atleast_1d(near)
         near = near[near != cur] if (near != cur).any() else near
-        w = np.cumsum(self.st.weight[near])
-        return int(near[int(np.searchsorted(w, rng.random() * w[-1], "right"))])
+        w = list(accumulate(self.st.weight[near].tolist()))
+        return int(near[bisect_right(w, rng.random() * w[-1])])
 
 
 def km_between(st: StationIndex, a: int, b: int) -> float:
-    dx, dy = st.xy[b] - st.xy[a]
-    return float(np.hypot(dx, dy))
+    (ax, ay), (bx, by) = st.xy[a].tolist(), st.xy[b].tolist()
+    return math.hypot(bx - ax, by - ay)
 
 
 class Itinerary:

@@ -71,7 +71,7 @@ def build_trajectories(
     if points.empty:
         return _empty_trajectories()
     p = _sorted(with_dates(points) if "date" not in points.columns else points, order)
-    user = p["user_id"].to_numpy(dtype=object)
+    user = p["user_id"].to_numpy()  # text or integer codes: only compared for equality
     day = p["date"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
     loc = p["loc_id"].to_numpy(dtype=np.int64)
     ts = p["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
@@ -144,7 +144,12 @@ def _empty_trajectories() -> pd.DataFrame:
 
 
 def build_slot_days(points: pd.DataFrame) -> pd.DataFrame:
-    """48-slot days of accepted points (mode per slot, forward- then back-filled)."""
+    """48-slot days of accepted points (mode per slot, forward- then back-filled).
+
+    A slot's location is the one seen most often in it; a tie goes to the one seen last, then
+    to the smaller location id (so the result never depends on the input's row order). Plain
+    numpy over two sorts: this runs on every record of a dataset.
+    """
     if points.empty:
         return pd.DataFrame(
             {
@@ -154,36 +159,36 @@ def build_slot_days(points: pd.DataFrame) -> pd.DataFrame:
             }
         )
     p = with_dates(points) if "date" not in points.columns else points
-    slot = ((p["ts"] - p["date"]) // SLOT).clip(0, SLOTS_PER_DAY - 1).astype(np.int64)
-    frame = pd.DataFrame(
-        {
-            "user_id": p["user_id"].to_numpy(dtype=object),
-            "date": p["date"].to_numpy(),
-            "slot": slot.to_numpy(),
-            "loc_id": p["loc_id"].to_numpy(dtype=np.int64),
-            "ts": p["ts"].to_numpy(),
-        }
-    )
-    counts = (
-        frame.groupby(["user_id", "date", "slot", "loc_id"], sort=False)
-        .agg(hits=("ts", "size"), last=("ts", "max"))
-        .reset_index()
-    )
-    best = counts.sort_values(
-        ["user_id", "date", "slot", "hits", "last"],
-        ascending=[True, True, True, False, False],
-        kind="stable",
-    ).drop_duplicates(["user_id", "date", "slot"], keep="first")
-    days = best[["user_id", "date"]].drop_duplicates().reset_index(drop=True)
-    day_idx = pd.MultiIndex.from_frame(days).get_indexer(
-        pd.MultiIndex.from_frame(best[["user_id", "date"]])
-    )
-    grid = np.full((len(days), SLOTS_PER_DAY), -1, dtype=np.int64)
-    grid[day_idx, best["slot"].to_numpy()] = best["loc_id"].to_numpy()
+    user, users = pd.factorize(p["user_id"], sort=True)  # codes in id order
+    day = p["date"].to_numpy("datetime64[ns]").view(np.int64)
+    ts = p["ts"].to_numpy("datetime64[ns]").view(np.int64)
+    slot = np.clip((ts - day) // SLOT.value, 0, SLOTS_PER_DAY - 1)
+    loc = p["loc_id"].to_numpy(np.int64)
+
+    # Runs of one (user, day, slot, location), times ascending inside: hits and last time.
+    order = np.lexsort((ts, loc, slot, day, user))
+    u, d, s, lc, t = user[order], day[order], slot[order], loc[order], ts[order]
+    new = np.r_[
+        True, (u[1:] != u[:-1]) | (d[1:] != d[:-1]) | (s[1:] != s[:-1]) | (lc[1:] != lc[:-1])
+    ]
+    first = np.flatnonzero(new)
+    hits = np.diff(np.r_[first, len(t)])
+    last = t[np.r_[first[1:], len(t)] - 1]
+    gu, gd, gs, gl = u[first], d[first], s[first], lc[first]
+
+    # Per (user, day, slot): most hits, then latest, then smallest location id (stable sort).
+    best = np.lexsort((gl, -last, -hits, gs, gd, gu))
+    bu, bd, bs, bl = gu[best], gd[best], gs[best], gl[best]
+    top = np.r_[True, (bu[1:] != bu[:-1]) | (bd[1:] != bd[:-1]) | (bs[1:] != bs[:-1])]
+    bu, bd, bs, bl = bu[top], bd[top], bs[top], bl[top]
+    new_day = np.r_[True, (bu[1:] != bu[:-1]) | (bd[1:] != bd[:-1])]
+    day_idx = np.cumsum(new_day) - 1
+    grid = np.full((int(new_day.sum()), SLOTS_PER_DAY), -1, dtype=np.int64)
+    grid[day_idx, bs] = bl
     return pd.DataFrame(
         {
-            "user_id": days["user_id"].to_numpy(dtype=object),
-            "date": days["date"].to_numpy(),
+            "user_id": np.asarray(users)[bu[new_day]],
+            "date": bd[new_day].view("datetime64[ns]"),
             "slots": list(fill_slots(grid).astype(np.int32)),
         }
     )

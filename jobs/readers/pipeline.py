@@ -2,10 +2,12 @@
 
 `ingest_local` runs the whole ingestion on pandas (unit tests, and the oracle the Spark job is
 checked against); `jobs.ingest` runs the same two kernels, `parse_file` per input file
-(mapInPandas) and `finish_bucket` per hash bucket of users (applyInPandas).
+(mapInArrow) and `finish_bucket` per hash bucket of users (applyInArrow), and stacks a bucket's
+outputs with `union_table`.
 
-Union row shape of `finish_bucket` (one frame, `kind` says which table a row belongs to):
-kind in {point, quarantine, trajectory, slot_day}; columns UNION_COLUMNS, unused ones null.
+Union row shape of `union_table` (one Arrow table, `kind` says which table a row belongs to):
+kind in {point, quarantine, trajectory, slot_day}; columns `arrow.UNION_COLUMNS`, unused ones
+null (points carry no source or line: only quarantined records need to say where they were).
 """
 
 from __future__ import annotations
@@ -17,30 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from jobs import shaping
 from jobs.locmap import Grid, Locations, LocationSet, derive_locations, map_points
 from jobs.readers import checkins, plt, telecom
+from jobs.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.readers.common import Reason, Window
-
-UNION_COLUMNS = (
-    "kind",
-    "source",
-    "line",
-    "record",
-    "reason",
-    "user_id",
-    "ts",
-    "lat",
-    "lon",
-    "loc_id",
-    "date",
-    "traj_id",
-    "loc_ids",
-    "ts_list",
-    "n",
-    "slots",
-)
 
 
 @dataclass(frozen=True)
@@ -79,92 +64,91 @@ def parse_file(
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 
 
-def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> pd.DataFrame:
-    """Mapped rows of whole users -> union frame: accepted points, quarantined records
-    (incl. duplicates found here), trajectories and slot days of these users."""
+@dataclass(frozen=True)
+class BucketOutput:
+    """What `finish_bucket` makes of the rows of some users (pandas frames, see `shaping`)."""
+
+    quarantined: pd.DataFrame  # the rejected rows, reason filled (duplicates included)
+    points: pd.DataFrame  # the accepted rows, with `date`
+    trajectories: pd.DataFrame
+    slot_days: pd.DataFrame
+
+
+def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
+    """Mapped rows of whole users -> accepted points, quarantined records (incl. duplicates
+    found here), trajectories and slot days of these users.
+
+    User ids are replaced by integer codes in id order for the work (every sort and group then
+    compares integers; the order, hence duplicate choice and trajectory ids, is the same as by
+    the id text) and put back in the outputs.
+    """
     rows = rows.reset_index(drop=True)
+    codes, users = pd.factorize(rows["user_id"], sort=True)
+    users = np.asarray(users, dtype=object)
+    work = rows.assign(user_id=codes)
     reason = rows["reason"].to_numpy(dtype=object).copy()
     ok = pd.isna(reason)
     dup = np.zeros(len(rows), dtype=bool)
-    dup[ok] = shaping.mark_duplicates(rows[ok])
+    dup[ok] = shaping.mark_duplicates(work[ok])
     reason[dup] = Reason.DUPLICATE.value
-    rows = rows.assign(reason=pd.Series(reason, dtype=object))
-    accepted = rows[pd.isna(reason)]
-    accepted = shaping.with_dates(accepted)
+    accepted = pd.isna(reason)
+    points = shaping.with_dates(work[accepted])
     traj = shaping.build_trajectories(
-        accepted, max_len=opts.max_len, gap_hours=opts.gap_hours, order=opts.order
+        points, max_len=opts.max_len, gap_hours=opts.gap_hours, order=opts.order
     )
-    slots = shaping.build_slot_days(accepted)
-    return union_frame(rows[~pd.isna(reason)], accepted, traj, slots)
+    slots = shaping.build_slot_days(points)
+    quarantined = rows[~accepted].assign(reason=reason[~accepted])
+    return BucketOutput(
+        quarantined=quarantined,
+        points=points.assign(user_id=users[points["user_id"].to_numpy(np.int64)]),
+        trajectories=traj.assign(user_id=users[traj["user_id"].to_numpy(np.int64)]),
+        slot_days=slots.assign(user_id=users[slots["user_id"].to_numpy(np.int64)]),
+    )
 
 
-def union_frame(
-    quarantined: pd.DataFrame, points: pd.DataFrame, traj: pd.DataFrame, slots: pd.DataFrame
-) -> pd.DataFrame:
-    """Stack the four outputs into one frame with UNION_COLUMNS (the applyInPandas schema)."""
+def union_table(out: BucketOutput) -> pa.Table:
+    """Stack the four outputs into one Arrow table of UNION_ARROW (`kind` says which is which).
+
+    Built column by column in Arrow: a column a kind does not have is an all-null array.
+    """
+    q, p, t, s = out.quarantined, out.points, out.trajectories, out.slot_days
     parts = [
-        pd.DataFrame(
+        ("quarantine", q, {c: q[c] for c in ("source", "line", "record", "reason", "user_id")}),
+        ("point", p, {c: p[c] for c in ("user_id", "ts", "lat", "lon", "loc_id", "date")}),
+        (
+            "trajectory",
+            t,
             {
-                "kind": "quarantine",
-                "source": quarantined["source"],
-                "line": quarantined["line"],
-                "record": quarantined["record"],
-                "reason": quarantined["reason"],
-                "user_id": quarantined["user_id"],
-            }
+                "user_id": t["user_id"],
+                "date": t["date"],
+                "traj_id": t["traj_id"],
+                "loc_ids": t["loc_ids"],
+                "ts_list": t["ts"],
+                "n": t["n"],
+            },
         ),
-        pd.DataFrame(
-            {
-                "kind": "point",
-                "source": points["source"],
-                "line": points["line"],
-                "user_id": points["user_id"],
-                "ts": points["ts"],
-                "lat": points["lat"],
-                "lon": points["lon"],
-                "loc_id": points["loc_id"],
-                "date": points["date"],
-            }
-        ),
-        pd.DataFrame(
-            {
-                "kind": "trajectory",
-                "user_id": traj["user_id"],
-                "date": traj["date"],
-                "traj_id": traj["traj_id"],
-                "loc_ids": traj["loc_ids"],
-                "ts_list": traj["ts"],
-                "n": traj["n"],
-            }
-        ),
-        pd.DataFrame(
-            {
-                "kind": "slot_day",
-                "user_id": slots["user_id"],
-                "date": slots["date"],
-                "slots": slots["slots"],
-            }
-        ),
+        ("slot_day", s, {c: s[c] for c in ("user_id", "date", "slots")}),
     ]
-    out = (
-        pd.concat([p for p in parts if len(p)], ignore_index=True)
-        if any(len(p) for p in parts)
-        else pd.DataFrame({c: [] for c in UNION_COLUMNS})
-    )
-    for col in UNION_COLUMNS:
-        if col not in out.columns:
-            out[col] = None
-    out = out[list(UNION_COLUMNS)]
-    for col in ("ts", "date"):
-        out[col] = pd.to_datetime(out[col])
-    for col in ("line", "loc_id", "traj_id", "n"):
-        out[col] = out[col].astype("Int64")
-    for col in ("lat", "lon"):
-        out[col] = out[col].astype(np.float64)
-    for col in ("source", "record", "reason", "user_id", "loc_ids", "ts_list", "slots"):
-        values = out[col].astype(object)
-        out[col] = values.where(values.notna(), None)
-    return out
+    tables = [_part(kind, len(frame), cols) for kind, frame, cols in parts if len(frame)]
+    return pa.concat_tables(tables) if tables else UNION_ARROW.empty_table()
+
+
+def _part(kind: str, n: int, columns: dict[str, pd.Series]) -> pa.Table:
+    arrays = []
+    for field in UNION_ARROW:
+        if field.name == "kind":
+            arrays.append(pa.repeat(pa.scalar(kind), n))
+        elif field.name not in columns:
+            arrays.append(pa.nulls(n, field.type))
+        elif pa.types.is_list(field.type):
+            arrays.append(list_array(columns[field.name].to_numpy(dtype=object), field.type))
+        elif pa.types.is_timestamp(field.type):
+            arrays.append(timestamp_array(columns[field.name], field.type))
+        else:
+            col = columns[field.name]
+            values = col.to_numpy(dtype=object) if col.dtype == object else col.to_numpy()
+            arrays.append(pa.array(values, type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=UNION_ARROW)
 
 
 def split_union(union: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -191,7 +175,9 @@ def ingest_local(
     if locations is None:
         locations = derive_locations(parsed)
     mapped = map_points(parsed, locations, opts.max_distance_km)
-    return split_union(finish_bucket(mapped, opts)), locations
+    union = from_arrow(union_table(finish_bucket(mapped, opts)))
+    nullable_ints = {c: "Int64" for c in ("line", "loc_id", "traj_id", "n")}  # not float
+    return split_union(union.astype(nullable_ints)), locations
 
 
 def locations_frame(locations: Locations, used: np.ndarray) -> pd.DataFrame:

@@ -47,11 +47,22 @@ def missing_roles(columns: list[str]) -> list[str]:
     return [r for r in SPEC.required if r not in found]
 
 
+def _record_text(batch: pd.DataFrame) -> pd.Series:
+    """Each row as text, its fields as `str()` gives them joined by commas (what quarantine
+    shows for a typed record). Column by column, not a Python join per row."""
+    if len(batch) == 0 or batch.shape[1] == 0:
+        return pd.Series([""] * len(batch), index=batch.index, dtype=object)
+    text = batch.iloc[:, 0].astype(str)
+    for i in range(1, batch.shape[1]):
+        text = text + "," + batch.iloc[:, i].astype(str)
+    return text.astype(object)
+
+
 def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int = 1) -> pd.DataFrame:
     """Typed records (a Parquet batch) -> parsed frame; `line` is the row number in the input."""
     roles = _role_columns(list(batch.columns))
     n = len(batch)
-    record = batch.astype(str).agg(",".join, axis=1) if n else pd.Series([], dtype=object)
+    record = _record_text(batch)
 
     def numeric(role: str) -> np.ndarray:
         return pd.to_numeric(batch[roles[role]], errors="coerce").to_numpy(dtype=np.float64)
