@@ -32,39 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_pipeline import tree_rss_bytes  # noqa: E402
+from bench.proc_tree import tree_cpu_seconds, tree_rss_bytes  # noqa: E402
 from jobs import stage as harness  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.datagen_stats import format_stats  # noqa: E402
 
 TARGET_S = 15 * 60
 SAMPLE_S = 0.5
-
-
-def tree_cpu_seconds(root_pid: int) -> float:
-    """User + system CPU seconds of root_pid and its live descendants, including what their
-    reaped children used (Linux /proc; cutime/cstime)."""
-    parent: dict[int, int] = {}
-    cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            parent[int(entry)] = int(fields[1])
-            cpu[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        except (OSError, ValueError, IndexError):
-            continue
-    total, stack, seen = 0, [root_pid], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += cpu.get(pid, 0)
-        stack.extend(child for child, par in parent.items() if par == pid)
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 class StageMeter:

@@ -33,33 +33,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.proc_tree import tree_rss_bytes  # noqa: E402
+
 STAGE_LINE = re.compile(r"stage (\w+) (ok|failed) in ([0-9.]+) s")
-
-
-def tree_rss_bytes(root_pid: int) -> int:
-    """Resident memory of root_pid and all its descendants (Linux /proc)."""
-    parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            parent[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21]) * page
-        except (OSError, ValueError, IndexError):
-            continue
-    total, stack, seen = 0, [root_pid], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += rss.get(pid, 0)
-        stack.extend(child for child, par in parent.items() if par == pid)
-    return total
 
 
 def run_measured(cmd: list[str]) -> tuple[int, str, float, int]:

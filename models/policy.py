@@ -50,6 +50,13 @@ class PolicyNet(nn.Module):
                      coords_norm: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=self(obs, coords_norm))
 
+    @classmethod
+    def restore(cls, config, n_locations: int, state: dict) -> PolicyNet:
+        """A trained policy from its state dict and the dimensions of its training config."""
+        net = cls(n_locations, config.loc_dim, config.slot_dim, config.policy_hidden)
+        net.load_state_dict(state)
+        return net
+
 
 class ValueNet(nn.Module):
     """V(s), same trunk architecture, separate parameters."""

@@ -116,10 +116,7 @@ class FitResult:
     critic_users: list | None = None
 
     def policy(self) -> PolicyNet:
-        c = self.config
-        net = PolicyNet(self.n_locations, c.loc_dim, c.slot_dim, c.policy_hidden)
-        net.load_state_dict(self.policy_state)
-        return net
+        return PolicyNet.restore(self.config, self.n_locations, self.policy_state)
 
     def user_critics(self) -> UserCritics:
         return UserCritics(self.critics_state, list(self.critic_users), self.config.critic_hidden,

@@ -58,10 +58,7 @@ class TrainedRun:
                    str(art["scheme"]))
 
     def policy(self) -> PolicyNet:
-        c = self.config
-        net = PolicyNet(self.n_locations, c.loc_dim, c.slot_dim, c.policy_hidden)
-        net.load_state_dict(self.policy_state)
-        return net
+        return PolicyNet.restore(self.config, self.n_locations, self.policy_state)
 
     def user_critics(self) -> UserCritics:
         return self.critics
