@@ -68,6 +68,12 @@ log = logging.getLogger(__name__)
 
 FAULT_ENV = "TRAJPRIV_TRAIN_FAULT"
 LATEST = "LATEST.json"
+# Test hook (tests/reliability/test_train_faults.py), never set in production: rank 0 stalls for
+# HOLD_S seconds right after committing the checkpoint of round HOLD_AFTER_ROUND, so a test can
+# kill the run at a known round. Toy rounds take milliseconds: without it the ranks could commit
+# several rounds between the test seeing round 1 and its SIGKILL landing.
+HOLD_AFTER_ROUND = "TRAJPRIV_TEST_HOLD_AFTER_ROUND"
+HOLD_S = 120.0
 
 
 class RankFailedError(RuntimeError):
@@ -219,10 +225,14 @@ def save_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> None:
     save_checkpoint(to_cpu(run.shard_state()), rdir / f"rank{comm.rank}")
     comm.barrier()  # every rank's files of this round are in place
     if comm.rank == 0:
+        if _orphaned():  # the launcher died: a resume may own this folder now, commit nothing
+            os._exit(EXIT_ORPHANED)
         write_json(folder / LATEST, {"round": run.round, "world": comm.world})
         for old in folder.glob("round-*"):
             if old.name != rdir.name:
                 shutil.rmtree(old, ignore_errors=True)
+        if os.environ.get(HOLD_AFTER_ROUND) == str(run.round):
+            time.sleep(HOLD_S)
 
 
 def load_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> bool:
@@ -348,6 +358,12 @@ def _write_error(job: RankJob, rank: int, msg: str) -> None:
 
 
 EXIT_ORPHANED = 75
+_launcher_pid: int | None = None  # set by _exit_with_launcher in ranks torchrun started
+
+
+def _orphaned() -> bool:
+    """True when this rank was started by a launcher that is gone (its parent changed)."""
+    return _launcher_pid is not None and os.getppid() != _launcher_pid
 
 
 def _exit_with_launcher(interval_s: float = 1.0) -> None:
@@ -358,8 +374,11 @@ def _exit_with_launcher(interval_s: float = 1.0) -> None:
     write checkpoints into a run that may already be resumed (measured with torch 2.13: a
     worker outlives kill -9 of torchrun's process group; tests/reliability/test_train_faults.py
     checks that ours exit). pyspark's torchrun wrapper polls its parent the same way.
+    The watch polls every `interval_s`; save_sharded checks again before it commits a round, so
+    an orphan never moves LATEST.json forward.
     """
-    parent = os.getppid()
+    global _launcher_pid
+    _launcher_pid = parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -2,11 +2,12 @@
 checkpoint write cut short leaves the previous checkpoint usable.
 
 * Killed between rounds: `trajpriv train` (driver, JVM, torchrun and its two ranks) runs as a
-  subprocess in its own process group; once round k's checkpoint is complete (LATEST.json), the
-  group gets SIGKILL. The ranks live in sessions of their own (torchrun starts them so) and must
-  exit by themselves (models.distributed._exit_with_launcher); then `--resume` must end with the
-  same final weights (policy, value net, every critic, optimisers, random streams) and the same
-  epsilon as an uninterrupted run, bit for bit: same seed, same world size, same order of sums.
+  subprocess in its own process group; once round 1's checkpoint is complete (LATEST.json, rank
+  0 then stalls on the test hook TRAJPRIV_TEST_HOLD_AFTER_ROUND), the group gets SIGKILL. The
+  ranks live in sessions of their own (torchrun starts them so) and must exit by themselves
+  (models.distributed._exit_with_launcher); then `--resume` must end with the same final weights
+  (policy, value net, every critic, optimisers, random streams) and the same epsilon as an
+  uninterrupted run, bit for bit: same seed, same world size, same order of sums.
 * Killed during a checkpoint write: the test hook of models/checkpoint.py
   (TRAJPRIV_CKPT_CRASH="ROUND:FOLDER") truncates the temporary file to half and SIGKILLs the
   writing process; the previous checkpoint must load and resume to the same result, and the
@@ -29,9 +30,9 @@ import pytest
 import torch
 
 from models.checkpoint import load_checkpoint
-from models.config import TrainConfig
+from models.distributed import HOLD_AFTER_ROUND
 from models.train import fit
-from tests.models._toy import toy_data
+from tests.models._toy import tiny_config, tiny_options, toy_data
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATASET = "fault_toy"
 ROUNDS = 4
 LOC_OFFSET = 100
-OPTIONS = ("{seed: 11, episodes_per_round: 8, k_nearest: 10, critic_hidden: 8, critic_batch: 16,"
-           " critic_steps: 2, policy_hidden: 16, loc_dim: 4, slot_dim: 4, ppo_epochs: 2,"
-           " ppo_minibatch: 128, beta: 0.5, participation: 0.8}")
-TINY = TrainConfig(rounds=ROUNDS, episodes_per_round=8, k_nearest=10, critic_hidden=8,
-                   critic_batch=16, critic_steps=2, policy_hidden=16, loc_dim=4, slot_dim=4,
-                   ppo_epochs=2, ppo_minibatch=128, noise=0.5, beta=0.5, participation=0.8,
-                   seed=11)
+OPTIONS = tiny_options(seed=11)
+TINY = tiny_config(rounds=ROUNDS, seed=11)
 LIMIT_S = 900  # per subprocess; a loaded 2-core machine needs ~1-2 min per `trajpriv train`
 
 
@@ -204,7 +200,9 @@ def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline)
     conf, runs = baseline
     ckpt = runs / "killed" / "checkpoint"
     log = conf.parent / "killed.log"
-    proc = _cli(conf, "--run-id", "killed", log=log)
+    # rank 0 stalls after committing round 1 (models.distributed.HOLD_AFTER_ROUND): the kill
+    # lands at a known round however fast the toy rounds are
+    proc = _cli(conf, "--run-id", "killed", log=log, env={**_env(), HOLD_AFTER_ROUND: "1"})
     deadline = time.monotonic() + LIMIT_S
     family: set[int] = set()
     try:
@@ -230,7 +228,7 @@ def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline)
         os.kill(p, signal.SIGKILL)
     assert not left, f"processes of the killed run still alive: {sorted(left)}"
     k = json.loads((ckpt / "LATEST.json").read_text())["round"]
-    assert 1 <= k < ROUNDS
+    assert k == 1  # the orphaned ranks committed nothing after the kill
     assert not (runs / "killed" / "policy.pt").exists()  # it never finished
     staging = runs.parent / "staging"
     assert (staging / "train-killed").is_dir()  # its users' shards, left behind by the kill
@@ -277,7 +275,7 @@ def test_fit_killed_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     folder = tmp_path / "ckpt"
     code = ("import torch; torch.set_num_threads(1); from models.train import fit;"
             "from tests.reliability.test_train_faults import TINY;"
-            "from tests.models._toy import toy_data;"
+            "from tests.models._toy import tiny_config, tiny_options, toy_data;"
             f"fit(TINY, toy_data(n_users=6), checkpoint_dir={str(folder)!r}, blocks=2)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env=_env(TRAJPRIV_CKPT_CRASH="2:ckpt"), timeout=LIMIT_S)
