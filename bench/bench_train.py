@@ -26,27 +26,13 @@ import argparse
 import os
 import time
 
-import numpy as np
 import torch
 
 from models.config import TrainConfig
 from models.critics import SingleCritic, critic_losses, critic_step, local_moments, sample_batches
-from models.data import TrainData
+from models.data import SHANGHAI_BOX, home_work_population
 from models.ppo import rollout
 from models.train import _Run
-
-
-def synthetic(n_users: int, n_loc: int = 3000, days: int = 3, seed: int = 0) -> TrainData:
-    rng = np.random.default_rng(seed)
-    coords = np.column_stack([30.6 + rng.random(n_loc) * 1.3, 120.8 + rng.random(n_loc) * 1.4])
-    per_user = []
-    for _ in range(n_users):
-        home, work = rng.choice(n_loc, 2, replace=False)
-        d = np.full((days, 48), home, dtype=np.int64)
-        d[:, 16:36] = work
-        d[:, 36 + rng.integers(0, 8)] = rng.integers(n_loc)
-        per_user.append(d)
-    return TrainData(per_user, coords, list(range(n_users)))
 
 
 class Clock:
@@ -146,7 +132,7 @@ def main() -> None:
     args = ap.parse_args()
     for n in [int(x) for x in args.users.split(",")]:
         torch.set_num_threads(1)
-        run = _Run(TrainConfig(seed=0), synthetic(n))
+        run = _Run(TrainConfig(seed=0), home_work_population(n, 3000, 3, box=SHANGHAI_BOX))
         run.setup_start_histogram()
         g = torch.Generator().manual_seed(1)
         starts = torch.multinomial(run.start_probs.float(), run.cfg.episodes_per_round,

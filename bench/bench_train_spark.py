@@ -1,11 +1,12 @@
 """Seconds per training round with 1 and 2 processes under TorchDistributor, and the launch cost.
 
-Data: Geolife (83 users, ../shared/data/geolife_pategail, models.data.load_geolife) and a
-synthetic Telecom-shaped slice of 9,481 users (random home/work days on 3,233 locations; only
-the shape matters for timing). Each configuration runs `models.distributed.run_rank` through
-TorchDistributor(use_gpu=False) in a local[2] session (no catalog tables: the shards are handed
-to the ranks in memory), with local_mode=True (torchrun on the driver, `--modes local`) and/or
-local_mode=False (one barrier Spark task per rank, `--modes barrier`), and reports:
+Data: Geolife (83 users, ../shared/data/geolife_pategail, models.data.load_geolife) and a synthetic
+Telecom-shaped slice of 9,481 users (models.data.home_work_population: random home/work days on
+3,233 locations; only the shape matters for timing). Each configuration runs
+`models.distributed.run_rank` through TorchDistributor(use_gpu=False) in a local[2] session (no
+catalog tables: the shards are handed to the ranks in memory), with local_mode=True (torchrun on the
+driver, `--modes local`) and/or local_mode=False (one barrier Spark task per rank, `--modes
+barrier`), and reports:
   round_s     mean seconds per round on the slowest rank (rollout + critics + release + PPO)
   launch_s    wall time of distributor.run minus the slowest rank's setup + rounds
               (torchrun start, interpreter + torch import, process-group rendezvous, teardown)
@@ -27,10 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np
 import torch
 
-from models.data import TrainData, load_geolife
+from models.data import SHANGHAI_BOX, TrainData, home_work_population, load_geolife
 from models.distributed import RankJob, check_summary, run_rank
 
 GEOLIFE = Path(__file__).resolve().parents[2] / "shared" / "data" / "geolife_pategail"
@@ -41,20 +41,6 @@ def shard_of(data: TrainData, rank: int, world: int):
     sub = TrainData([data.days_per_user[u] for u in rows], data.coords,
                     [data.user_ids[u] for u in rows])
     return sub, torch.tensor(rows), data.n_users
-
-
-def telecom_slice(n_users: int, n_loc: int = 3233, days: int = 4, seed: int = 0) -> TrainData:
-    rng = np.random.default_rng(seed)
-    coords = np.column_stack([30.7 + rng.random(n_loc) * 0.9, 120.9 + rng.random(n_loc) * 1.05])
-    per_user = []
-    for _ in range(n_users):
-        home, work = rng.choice(n_loc, 2, replace=False)
-        d = np.full((days, 48), home)
-        for i in range(days):
-            a, b = sorted(rng.choice(np.arange(14, 40), 2, replace=False))
-            d[i, a:b] = work
-        per_user.append(d.astype(np.int64))
-    return TrainData(per_user, coords, list(range(n_users)))
 
 
 def bench(spark, name: str, data: TrainData, world: int, rounds: int, out: Path,
@@ -101,7 +87,8 @@ def main() -> None:
     else:
         print(f"geolife skipped: {GEOLIFE} missing")
     if not args.skip_telecom:
-        sets.append(("telecom", telecom_slice(args.telecom_users)))
+        slice_ = home_work_population(args.telecom_users, 3233, 4, box=SHANGHAI_BOX)
+        sets.append(("telecom", slice_))
     print(f"load average at start: {os.getloadavg()}, cpus: {os.cpu_count()}")
     for name, data in sets:
         for mode, world in [(m, w) for m in modes for w in (1, 2)]:

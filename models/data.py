@@ -42,6 +42,34 @@ class TrainData:
                    list(groups.groups))
 
 
+# (lat, lon) of the south-west corner and the span in degrees of the home-work population's map
+BEIJING_BOX = ((39.9, 116.3), (0.3, 0.3))
+SHANGHAI_BOX = ((30.7, 120.9), (0.9, 1.05))
+
+
+def home_work_population(n_users: int, n_loc: int = 60, days: int = 4, seed: int = 0,
+                         box: tuple = BEIJING_BOX) -> TrainData:
+    """A seeded synthetic population for tests and benchmarks (never for results).
+
+    Locations are uniform in `box`. Each user has a home and a work place; each day is home,
+    then work over a random interval of the working slots 14-39, then one excursion slot to a
+    random location before evening, then home. Same arguments, same data.
+    """
+    rng = np.random.default_rng(seed)
+    (lat0, lon0), (dlat, dlon) = box
+    coords = np.column_stack([lat0 + rng.random(n_loc) * dlat, lon0 + rng.random(n_loc) * dlon])
+    per_user = []
+    for _ in range(n_users):
+        home, work = rng.choice(n_loc, 2, replace=False)
+        d = np.full((days, SLOTS), home)
+        for i in range(days):
+            a, b = sorted(rng.choice(np.arange(14, 40), 2, replace=False))
+            d[i, a:b] = work
+            d[i, rng.integers(b, 46)] = rng.integers(n_loc)  # an excursion
+        per_user.append(d.astype(np.int64))
+    return TrainData(per_user, coords, list(range(n_users)))
+
+
 def load_geolife(folder: str | Path) -> tuple[TrainData, np.ndarray, np.ndarray]:
     """(per-user training data, real.data days, test.data days) of the shared Geolife split."""
     folder = Path(folder)

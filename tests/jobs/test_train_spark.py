@@ -19,14 +19,12 @@ from jobs import train as train_stage
 from jobs.config import load_config
 from models.data import TrainData
 from models.train import fit
-from tests.models._toy import toy_data
+from tests.models._toy import tiny_options, toy_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DATASET = "train_toy"
-OPTIONS = ("{seed: 7, episodes_per_round: 8, k_nearest: 10, critic_hidden: 8, critic_batch: 16,"
-           " critic_steps: 2, policy_hidden: 16, loc_dim: 4, slot_dim: 4, ppo_epochs: 2,"
-           " ppo_minibatch: 128, beta: 0.5, participation: 0.8}")
+OPTIONS = tiny_options(seed=7)
 LOC_OFFSET = 100  # location ids are not row numbers: the job must map them
 
 

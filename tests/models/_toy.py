@@ -1,22 +1,26 @@
-"""Small synthetic map and users for fast model tests."""
+"""Small synthetic map, users and model for fast model tests (models.data.home_work_population)."""
 
 from __future__ import annotations
 
-import numpy as np
+from models.config import TrainConfig
+from models.data import TrainData, home_work_population
 
-from models.data import TrainData
+# The tiny model of the distributed, critic-store, Spark-training and fault tests: seconds a run.
+TINY_FIELDS = {"episodes_per_round": 8, "k_nearest": 10, "critic_hidden": 8, "critic_batch": 16,
+               "critic_steps": 2, "policy_hidden": 16, "loc_dim": 4, "slot_dim": 4,
+               "ppo_epochs": 2, "ppo_minibatch": 128, "beta": 0.5, "participation": 0.8}
 
 
 def toy_data(n_users: int = 5, n_loc: int = 60, days: int = 4, seed: int = 0) -> TrainData:
-    rng = np.random.default_rng(seed)
-    coords = np.column_stack([39.9 + rng.random(n_loc) * 0.3, 116.3 + rng.random(n_loc) * 0.3])
-    per_user = []
-    for _ in range(n_users):
-        home, work = rng.choice(n_loc, 2, replace=False)
-        d = np.full((days, 48), home)
-        for i in range(days):
-            a, b = sorted(rng.choice(np.arange(14, 40), 2, replace=False))
-            d[i, a:b] = work
-            d[i, rng.integers(b, 46)] = rng.integers(n_loc)  # an excursion
-        per_user.append(d.astype(np.int64))
-    return TrainData(per_user, coords, list(range(n_users)))
+    return home_work_population(n_users, n_loc, days, seed)
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    """TINY_FIELDS with 3 rounds at noise 0.5 and seed 7, unless overridden."""
+    return TrainConfig(**{**TINY_FIELDS, "rounds": 3, "noise": 0.5, "seed": 7, **overrides})
+
+
+def tiny_options(seed: int, **overrides) -> str:
+    """TINY_FIELDS and `seed` as the value of a stage config's `train.options` override."""
+    fields = {"seed": seed, **TINY_FIELDS, **overrides}
+    return "{" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}"

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from models.config import TrainConfig
 from models.critic_store import (
     load_user_critics,
     merge_critic_shards,
@@ -25,13 +24,10 @@ from models.critic_store import (
 )
 from models.distributed import RankJob, check_summary, run_rank
 from models.train import fit
-from tests.models._toy import toy_data
+from tests.models._toy import tiny_config, toy_data
 from udfs.errors import InputDataError
 
-TINY = TrainConfig(rounds=3, episodes_per_round=8, k_nearest=10, critic_hidden=8,
-                   critic_batch=16, critic_steps=2, policy_hidden=16, loc_dim=4, slot_dim=4,
-                   ppo_epochs=2, ppo_minibatch=128, noise=0.5, beta=0.5, participation=0.8,
-                   spectral_norm=True, seed=7)
+TINY = tiny_config(spectral_norm=True)
 
 
 def _fake_run(res, rows: list[int], world_round: int = 3):

@@ -21,7 +21,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from models.config import TrainConfig
 from models.distributed import (
     GPU_BACKEND,
     RankFailedError,
@@ -33,13 +32,10 @@ from models.distributed import (
     to_cpu,
 )
 from models.train import fit
-from tests.models._toy import toy_data
+from tests.models._toy import tiny_config, toy_data
 from udfs.errors import ConfigError
 
-TINY = TrainConfig(rounds=3, episodes_per_round=8, k_nearest=10, critic_hidden=8,
-                   critic_batch=16, critic_steps=2, policy_hidden=16, loc_dim=4, slot_dim=4,
-                   ppo_epochs=2, ppo_minibatch=128, noise=0.5, beta=0.5, participation=0.8,
-                   spectral_norm=True, seed=7)
+TINY = tiny_config(spectral_norm=True)
 
 
 def toy_shard(rank: int, world: int, n_users: int = 6):
