@@ -278,6 +278,36 @@ def timestamp_checks(ts: pd.Series, window: Window) -> list[tuple[np.ndarray, st
     ]
 
 
+def line_reasons(
+    lines: Lines,
+    count: np.ndarray,
+    n_fields: int,
+    unparsable: np.ndarray,
+    lat: np.ndarray,
+    lon: np.ndarray,
+    ts: pd.Series,
+    window: Window,
+) -> pd.Series:
+    """Each line's quarantine reason (None = accepted), the same rules for every text reader.
+
+    In priority order: non-UTF-8 bytes, too few fields (truncated), too many fields or a field
+    that does not parse (`unparsable`), the coordinate checks, the timestamp checks. A final line
+    without its newline that fails a check was most likely cut short: it says truncated.
+    """
+    checks = [
+        (lines.non_utf8, Reason.NON_UTF8.value),
+        (count < n_fields, Reason.TRUNCATED_LINE.value),
+        (count > n_fields, Reason.UNPARSABLE_LINE.value),
+        (unparsable, Reason.UNPARSABLE_LINE.value),
+        *coordinate_checks(lat, lon),
+        *timestamp_checks(ts, window),
+    ]
+    reason = first_reason(len(count), checks)
+    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8
+    reason[cut] = Reason.TRUNCATED_LINE.value
+    return reason
+
+
 def normalise_name(name: str) -> str:
     """Header names compared without case, spaces, `_` or `-` ('User ID' == 'user_id')."""
     return "".join(ch for ch in name.strip().lower() if ch.isalnum())

@@ -17,17 +17,14 @@ import pandas as pd
 
 from jobs.readers.common import (
     Lines,
-    Reason,
     Window,
-    coordinate_checks,
-    first_reason,
+    line_reasons,
     normalise_name,
     parse_datetime,
     parse_float,
     parsed_frame,
     split_fields,
     split_lines,
-    timestamp_checks,
 )
 from udfs.errors import InputDataError
 
@@ -113,18 +110,7 @@ def parse_delimited(
     user = col("user", strip=True)
     no_user = (user.fillna("") == "").to_numpy()
     given = col("loc", strip=True).replace("", None) if "loc" in roles else None
-    checks = [
-        (lines.non_utf8, Reason.NON_UTF8.value),
-        (count < n_cols, Reason.TRUNCATED_LINE.value),
-        (count > n_cols, Reason.UNPARSABLE_LINE.value),
-        (no_user | lat_bad | lon_bad, Reason.UNPARSABLE_LINE.value),
-        *coordinate_checks(lat, lon),
-        *timestamp_checks(ts, window),
-    ]
-    reason = first_reason(len(fields), checks)
-    # A final line without its newline that fails a check was most likely cut short.
-    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8
-    reason[cut] = Reason.TRUNCATED_LINE.value
+    reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad, lat, lon, ts, window)
     return parsed_frame(
         source=path,
         line=lines.line,

@@ -12,16 +12,13 @@ from pathlib import PurePath
 import pandas as pd
 
 from jobs.readers.common import (
-    Reason,
     Window,
-    coordinate_checks,
-    first_reason,
+    line_reasons,
     parse_datetime,
     parse_float,
     parsed_frame,
     split_fields,
     split_lines,
-    timestamp_checks,
 )
 
 HEADER_LINES = 6
@@ -46,17 +43,7 @@ def parse_plt(content: bytes, path: str, window: Window) -> pd.DataFrame:
     date = fields[5].fillna("").astype(str).str.strip()
     time = fields[6].fillna("").astype(str).str.strip()
     ts = parse_datetime(date + " " + time)
-    checks = [
-        (lines.non_utf8, Reason.NON_UTF8.value),
-        (count < N_FIELDS, Reason.TRUNCATED_LINE.value),
-        (count > N_FIELDS, Reason.UNPARSABLE_LINE.value),
-        (lat_bad | lon_bad | alt_bad, Reason.UNPARSABLE_LINE.value),
-        *coordinate_checks(lat, lon),
-        *timestamp_checks(ts, window),
-    ]
-    reason = first_reason(len(fields), checks)
-    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8
-    reason[cut] = Reason.TRUNCATED_LINE.value
+    reason = line_reasons(lines, count, N_FIELDS, lat_bad | lon_bad | alt_bad, lat, lon, ts, window)
     n = len(fields)
     return parsed_frame(
         source=path,
