@@ -10,11 +10,23 @@ Comparisons made for `cfg.dataset` (each one row per metric in `trajpriv_pub.eva
 With `--attacks` (or `evaluate.attacks`), also the attacks of `jobs/attacks.py`: home
 re-identification, and white-box MIA and LiRA against the train runs behind the synthetic days
 compared above (rows with the same method and setting as their divergences).
-Statistics per `evaluate.mode` (`geo` by default, `paper` for the PateGail definitions), by
-`jobs.mobility_spark.jsd_metrics_spark`: Spark reduces each table to small histograms, the
-driver computes the JSDs with the numpy core.
-Row shapes: slot days (dataset, user_id, date, slots) -> per comparison two `slots` tables ->
-six numbers -> evaluation rows (method, setting, metric, value).
+Statistics per `evaluate.mode` (`geo` by default, `paper` for the PateGail definitions): Spark
+reduces each set of days to small integer histograms (a `DaySummary`), the driver computes the
+JSDs with the numpy core (`udfs.mobility.compare_summaries`). Two Spark passes in all:
+- real and synthetic days: the held-out, the training and every synthetic table together,
+  grouped by table (`jobs.mobility_spark.summarize_groups_pandas`);
+- perturbed: each published trajectory joined with its raw one, hash-partitioned by user, and
+  per task of whole users the raw and perturbed slot days of every setting built and summarised
+  at once (`pair_summaries`); a setting's raw days are summarised once per distinct set of
+  published trajectories. Only integer counts are added up, so the divergences equal those of
+  one `udfs.mobility.jsd_metrics` call on each comparison's days (tests/jobs/
+  test_evaluate_stage.py). (Exploding every setting into point rows and building slot days per
+  (setting, side, user) group, one pass per comparison, took 28 minutes at Telecom scale.)
+Row shapes: slot days (part, slots) -> histogram rows (part, kind, key, w) -> DaySummary per
+part; pairs (mechanism, epsilon, traj_key, user_id, ts[], raw[], pert[]) one per published
+trajectory -> per task: points -> slot days -> histogram rows (mechanism, epsilon, side, kind,
+key, w) -> DaySummary per setting and side; then six numbers per comparison -> evaluation rows
+(method, setting, metric, value).
 """
 
 from __future__ import annotations
@@ -30,7 +42,10 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/evaluate.py`: make the project importable
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,10 +53,19 @@ from jobs.catalog import RUNS_TABLE, read_table, table_exists
 from jobs.config import Config
 from jobs.evaluation_table import write_evaluation
 from jobs.keys import pseudonym, pseudonym_key
-from jobs.mobility_spark import jsd_metrics_spark
+from jobs.mobility_spark import (
+    SUMMARY_ROW_DDL,
+    collect_coords,
+    summaries_by_group,
+    summarize_groups_pandas,
+    summary_rows,
+)
 from jobs.shaping import build_slot_days
-from udfs.collect_kernel import iso_dates, traj_message
-from udfs.errors import InputDataError
+from udfs.collect_kernel import traj_message
+from udfs.errors import InputDataError, InvalidTrajectoryError
+from udfs.mobility import compare_summaries, metric_bins
+from udfs.mobility_bins import MetricBins
+from udfs.mobility_stats import DaySummary
 
 log = logging.getLogger("trajpriv.evaluate")
 
@@ -51,6 +75,7 @@ TRAJECTORIES = "trajpriv_raw.trajectories"
 LOCATIONS = "trajpriv_pub.locations"
 SYNTHETIC = "trajpriv_pub.synthetic_trajectories"
 PERTURBED = "trajpriv_pub.perturbed_trajectories"
+HELD_OUT = "held-out"  # the group of the real days every other table is compared with
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -76,12 +101,14 @@ def dense_locations(spark: SparkSession, dataset: str) -> tuple[DataFrame, dict[
     return spark.createDataFrame(dense), mapping
 
 
-def remap_slots(days: DataFrame, mapping: dict[int, int] | None) -> DataFrame:
-    """Slots with location ids replaced by their dense row (no-op when ids are already dense)."""
+def remap_slots(days: DataFrame, mapping: dict[int, int] | None, part=None) -> DataFrame:
+    """(part, slots) or (slots): location ids replaced by their dense row (kept when ids are
+    already dense; an id outside the map becomes null, an invalid day); `part` labels the rows."""
+    label = [] if part is None else [part.alias("part")]
     if mapping is None:
-        return days.select("slots")
+        return days.select(*label, "slots")
     lut = F.create_map(*[F.lit(x) for pair in mapping.items() for x in pair])
-    return days.select(F.transform("slots", lambda s: lut[s]).alias("slots"))
+    return days.select(*label, F.transform("slots", lambda s: lut[s]).alias("slots"))
 
 
 def latest_runs(spark: SparkSession, table: str, dataset: str, keys: list[str]) -> DataFrame:
@@ -112,25 +139,13 @@ def real_days(spark: SparkSession, dataset: str) -> tuple[DataFrame, DataFrame |
     return days, None
 
 
-def slot_days_of_points(points: DataFrame, keys: list[str]) -> DataFrame:
-    """48-slot days (keys..., user_id, date, slots) with the ingest rules (jobs.shaping)."""
-    key_types = {name: dtype for name, dtype in points.dtypes if name in keys}
-    schema = ", ".join(f"{k} {key_types[k]}" for k in keys)
-    schema += ", user_id string, date timestamp, slots array<int>"
+def perturbed_pairs(spark: SparkSession, cfg: Config) -> DataFrame | None:
+    """Each published perturbed trajectory of the latest collection next to its raw one.
 
-    def per_group(pdf: pd.DataFrame) -> pd.DataFrame:
-        days = build_slot_days(pdf[["user_id", "ts", "loc_id"]])
-        for k in keys:
-            days[k] = pdf[k].iloc[0]
-        return days[[*keys, "user_id", "date", "slots"]]
-
-    return points.groupBy(*keys, "user_id").applyInPandas(per_group, schema)
-
-
-def perturbed_day_pairs(spark: SparkSession, cfg: Config) -> DataFrame | None:
-    """Raw and perturbed points of the latest collection, with the raw timestamps.
-
-    Row shape: (mechanism, epsilon, kind in {raw, perturbed}, user_id, ts, loc_id).
+    Row shape: (mechanism, epsilon, traj_key, user_id, ts array<bigint>, raw array<int>,
+    pert array<int>): one row per published trajectory and setting; `ts` are the raw
+    timestamps as microseconds of the session time zone's wall clock (what pandas sees of a
+    timestamp column), `raw` and `pert` the raw and the published location ids.
     """
     if not table_exists(spark, PERTURBED):
         return None
@@ -141,46 +156,249 @@ def perturbed_day_pairs(spark: SparkSession, cfg: Config) -> DataFrame | None:
     dataset = cfg.dataset
 
     def key_batches(batches):
-        for pdf in batches:
-            dates = iso_dates(pdf["date"])
-            pdf = pdf.assign(
-                traj_key=[
-                    pseudonym(pkey, traj_message(dataset, u, d, t))
-                    for u, d, t in zip(pdf["user_id"], dates, pdf["traj_id"], strict=True)
-                ]
+        # (user_id, date, traj_id, ts, loc_ids) -> (traj_key, user_id, ts, loc_ids); the arrays
+        # pass through as Arrow buffers, untouched.
+        for b in batches:
+            keys = [
+                pseudonym(pkey, traj_message(dataset, u, d.isoformat(), t))
+                for u, d, t in zip(
+                    b.column("user_id").to_pylist(),
+                    b.column("date").to_pylist(),
+                    b.column("traj_id").to_pylist(),
+                    strict=True,
+                )
+            ]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(keys, pa.string()),
+                    b.column("user_id"),
+                    b.column("ts"),
+                    b.column("loc_ids"),
+                ],
+                names=["traj_key", "user_id", "ts", "raw"],
             )
-            yield pdf[["traj_key", "user_id", "ts", "loc_ids"]]
 
+    tz = spark.conf.get("spark.sql.session.timeZone")
+    wall_us = F.transform("ts", lambda t: F.unix_micros(F.from_utc_timestamp(t, tz)))
     raw = read_table(spark, TRAJECTORIES).where(F.col("dataset") == dataset)
-    keyed = raw.select("user_id", "date", "traj_id", "ts", "loc_ids").mapInPandas(
-        key_batches, "traj_key string, user_id string, ts array<timestamp>, loc_ids array<int>"
+    keyed = raw.select("user_id", "date", "traj_id", wall_us.alias("ts"), "loc_ids").mapInArrow(
+        key_batches, "traj_key string, user_id string, ts array<bigint>, raw array<int>"
     )
-    joined = pub.select("mechanism", "epsilon", "traj_key", F.col("loc_ids").alias("pert")).join(
+    return pub.select("mechanism", "epsilon", "traj_key", F.col("loc_ids").alias("pert")).join(
         keyed, "traj_key"
     )
-    zipped = joined.select(
-        "mechanism",
-        "epsilon",
-        "user_id",
-        F.explode(F.arrays_zip("ts", "loc_ids", "pert")).alias("p"),
+
+
+#: Rows per piece of whole users that `pair_summaries` puts into slot days at once.
+CHUNK_ROWS = 200_000
+PAIR_KEYS = ["mechanism", "epsilon", "side"]
+PAIR_SUMMARY_DDL = "mechanism string, epsilon double, side string, " + SUMMARY_ROW_DDL
+
+
+def pair_summaries(
+    pairs: pa.Table,
+    coords: np.ndarray,
+    loc_ids: np.ndarray | None,
+    bins: MetricBins,
+    chunk_rows: int = CHUNK_ROWS,
+) -> pd.DataFrame:
+    """Summary rows of the raw and the perturbed 48-slot days of whole users' trajectory pairs.
+
+    pairs: rows of `perturbed_pairs` (every row of each user present). Per (mechanism,
+    epsilon) and side (raw, perturbed), the points of each user are put into slot days with
+    the ingest rules (`jobs.shaping.build_slot_days`, the raw timestamps for both sides), the
+    days' ids mapped to coords rows (`loc_ids`: the sorted location ids, row i = id
+    loc_ids[i]; None when ids are already 0..L-1; an unknown id makes the day invalid) and
+    summarised by the numpy core. Settings that published the same trajectories of these users
+    have the same raw days: those are summarised once and their rows repeated.
+    Returns (mechanism, epsilon, side, kind, key, w) rows, summed per key (integers only).
+    Row shapes: pairs (one per trajectory and setting) -> points (group, user, ts, loc) ->
+    slot days (group, user, date, 48 ids) -> summary rows per group.
+    """
+    cols = {c: pairs.column(c) for c in ("ts", "raw", "pert")}
+    lengths = {c: pc.fill_null(pc.list_value_length(a), 0).to_numpy() for c, a in cols.items()}
+    n = lengths["ts"]
+    bad = np.flatnonzero((lengths["raw"] != n) | (lengths["pert"] != n))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidTrajectoryError(
+            f"{bad.size} published trajectories do not have one location per raw point, e.g. "
+            f"traj_key {pairs.column('traj_key')[i]}: {n[i]} timestamps, {lengths['raw'][i]} "
+            f"raw and {lengths['pert'][i]} published ids (a published trajectory must keep "
+            "its raw one's length)"
+        )
+    flat = {}
+    for c, a in cols.items():
+        values = pc.list_flatten(a)
+        if values.null_count:
+            raise InvalidTrajectoryError(f"null values in the {c} arrays of the trajectory pairs")
+        flat[c] = values.to_numpy().astype(np.int64, copy=False)
+    offsets = np.r_[0, np.cumsum(n)]
+    settings = pd.MultiIndex.from_arrays(
+        [pairs.column("mechanism").to_numpy(), pairs.column("epsilon").to_numpy()]
     )
-    raw_pts = zipped.select(
-        "mechanism",
-        "epsilon",
-        F.lit("raw").alias("kind"),
-        "user_id",
-        F.col("p.ts").alias("ts"),
-        F.col("p.loc_ids").alias("loc_id"),
+    setting, setting_values = pd.factorize(settings)
+    user, users = pd.factorize(pairs.column("user_id").to_numpy())
+    traj = pd.factorize(pairs.column("traj_key").to_numpy())[0]
+    by_user = np.argsort(user, kind="stable")
+    ends = np.cumsum(np.bincount(user, minlength=len(users)))  # row count through each user
+    parts = []
+    lo = 0
+    while lo < len(by_user):
+        # whole users: cut after the last user whose rows end within chunk_rows of lo
+        last = max(
+            int(np.searchsorted(ends, lo + chunk_rows, side="right")) - 1,
+            int(np.searchsorted(ends, lo, side="right")),
+        )
+        hi = int(ends[last])
+        rows = by_user[lo:hi]
+        parts.append(
+            _chunk_summaries(
+                rows,
+                setting[rows],
+                user[rows],
+                traj[rows],
+                len(users),
+                offsets,
+                n,
+                flat,
+                coords,
+                loc_ids,
+                bins,
+            )
+        )
+        lo = hi
+    out = pd.concat(parts, ignore_index=True)
+    out = out.groupby(["setting", "side", "kind", "key"], sort=True)["w"].sum().reset_index()
+    codes = out["setting"].to_numpy(dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "mechanism": setting_values.get_level_values(0)[codes].to_numpy(dtype=object),
+            "epsilon": setting_values.get_level_values(1)[codes].to_numpy(dtype=np.float64),
+            "side": out["side"].to_numpy(dtype=object),
+            "kind": out["kind"].to_numpy(dtype=np.int32),
+            "key": out["key"].to_numpy(dtype=np.int64),
+            "w": out["w"].to_numpy(dtype=np.int64),
+        }
     )
-    pert_pts = zipped.select(
-        "mechanism",
-        "epsilon",
-        F.lit("perturbed").alias("kind"),
-        "user_id",
-        F.col("p.ts").alias("ts"),
-        F.col("p.pert").alias("loc_id"),
+
+
+def _chunk_summaries(rows, setting, user, traj, n_users, offsets, n, flat, coords, loc_ids, bins):
+    """Summary rows (setting, side, kind, key, w) of one piece of whole users (`rows`)."""
+    # Raw days depend only on which trajectories a setting published: one class per distinct
+    # multiset of traj keys, summarised once.
+    present = np.unique(setting)
+    classes: list[tuple[np.ndarray, list[int]]] = []  # (sorted traj codes, settings)
+    for s in present:
+        sig = np.sort(traj[setting == s])
+        for known, members in classes:
+            if np.array_equal(known, sig):
+                members.append(int(s))
+                break
+        else:
+            classes.append((sig, [int(s)]))
+    # groups: 0..C-1 raw days of each class, C + s the perturbed days of setting s
+    n_cls = len(classes)
+    rep_of = np.full(int(present.max()) + 1, -1)
+    for c, (_, members) in enumerate(classes):
+        rep_of[members[0]] = c
+    raw_rows = rep_of[setting] >= 0
+    pieces = [
+        (rows[raw_rows], rep_of[setting[raw_rows]], user[raw_rows], flat["raw"]),
+        (rows, n_cls + setting, user, flat["pert"]),
+    ]
+    gs, us, ts, locs = [], [], [], []
+    for r, group, u, values in pieces:
+        counts = n[r]
+        idx = _point_index(offsets[r], counts)
+        gs.append(np.repeat(group, counts))
+        us.append(np.repeat(u, counts))
+        ts.append(flat["ts"][idx])
+        locs.append(values[idx])
+    g = np.concatenate(gs).astype(np.int64)
+    points = pd.DataFrame(
+        {
+            "user_id": g * n_users + np.concatenate(us),
+            "ts": (np.concatenate(ts) * 1000).view("datetime64[ns]"),
+            "loc_id": np.concatenate(locs),
+        }
     )
-    return raw_pts.unionByName(pert_pts)
+    days = build_slot_days(points)
+    if days.empty:  # only empty trajectories: no day, no rows (as if they were not published)
+        return pd.DataFrame({c: [] for c in ("setting", "side", "kind", "key", "w")})
+    grid = np.stack(days["slots"].to_numpy()).astype(np.int64)
+    group = days["user_id"].to_numpy(dtype=np.int64) // n_users
+    grid, ok = _dense(grid, coords.shape[0], loc_ids)
+    out = []
+
+    def emit(mask, members, side):
+        if not mask.any():
+            return
+        part = summary_rows(grid[mask & ok], int((mask & ~ok).sum()), coords, bins)
+        for s in members:
+            out.append(part.assign(setting=s, side=side))
+
+    for c, (_, members) in enumerate(classes):
+        emit(group == c, members, "raw")
+    for s in present:
+        emit(group == n_cls + s, [int(s)], "perturbed")
+    return pd.concat(out, ignore_index=True)
+
+
+def _point_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Flat positions starts[i] .. starts[i] + counts[i] - 1, for each i in order."""
+    total = int(counts.sum())
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(starts, counts) + (np.arange(total) - first)
+
+
+def _dense(grid: np.ndarray, n_loc: int, loc_ids: np.ndarray | None):
+    """(grid with ids replaced by their coords row, True for days whose ids all exist)."""
+    if loc_ids is None:
+        return grid, ((grid >= 0) & (grid < n_loc)).all(axis=1)
+    pos = np.minimum(np.searchsorted(loc_ids, grid), loc_ids.size - 1)
+    return pos, (loc_ids[pos] == grid).all(axis=1)
+
+
+def perturbed_summaries(
+    spark: SparkSession, pairs: DataFrame, coords: np.ndarray, loc_ids, bins: MetricBins
+) -> dict[tuple, DaySummary]:
+    """{(mechanism, epsilon, side): DaySummary} of every setting's raw and perturbed days in
+    one Spark pass: pairs hash-partitioned by user (whole users per task), `pair_summaries`
+    per partition, integer counts summed by Spark."""
+
+    def kernel(batches):
+        got = list(batches)
+        if not got or not sum(b.num_rows for b in got):
+            return
+        rows = pair_summaries(pa.Table.from_batches(got), coords, loc_ids, bins)
+        yield pa.RecordBatch.from_pandas(rows, schema=PAIR_ARROW, preserve_index=False)
+
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    rows = (
+        pairs.repartition(parts, "user_id")
+        .mapInArrow(kernel, PAIR_SUMMARY_DDL)
+        .groupBy(*PAIR_KEYS, "kind", "key")
+        .agg(F.sum("w").alias("w"))
+        .collect()
+    )
+    settings = sorted({(r["mechanism"], r["epsilon"]) for r in rows})
+    expected = [(m, e, side) for m, e in settings for side in ("raw", "perturbed")]
+    return summaries_by_group(
+        rows, PAIR_KEYS, coords.shape[0], bins, "perturbed comparison", expected
+    )
+
+
+PAIR_ARROW = pa.schema(
+    [
+        ("mechanism", pa.string()),
+        ("epsilon", pa.float64()),
+        ("side", pa.string()),
+        ("kind", pa.int32()),
+        ("key", pa.int64()),
+        ("w", pa.int64()),
+    ]
+)
 
 
 def metric_rows(method: str, setting: float | None, values: dict[str, float]) -> list[dict]:
@@ -192,53 +410,59 @@ def metric_rows(method: str, setting: float | None, values: dict[str, float]) ->
 
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     mode = cfg.evaluate.mode
-    coords, mapping = dense_locations(spark, cfg.dataset)
+    bins = metric_bins(mode)
+    coords_df, mapping = dense_locations(spark, cfg.dataset)
+    coords = collect_coords(coords_df, mode)
     held_out, train = real_days(spark, cfg.dataset)
-    held_out = remap_slots(held_out, mapping).cache()
     rows: list[dict] = []
     timings: dict[str, float] = {}
+    compared: list[str] = []
 
-    def compare(label: str, method: str, setting: float | None, real: DataFrame, gen: DataFrame):
-        t0 = time.perf_counter()
-        values = jsd_metrics_spark(real, gen, coords, mode, engine="pandas")
-        timings[label] = round(time.perf_counter() - t0, 2)
+    def record(label: str, method: str, setting: float | None, values: dict[str, float]) -> None:
+        compared.append(label)
         rows.extend(metric_rows(method, setting, values))
         log.info("%s: %s", label, {k: round(v, 5) for k, v in values.items()})
 
+    # Real and synthetic days: every table against the held-out days, in one pass.
+    tables = []  # (label, method, setting): label also names the days' group
+    parts = []  # (part, slots) per table
     if train is not None:
-        compare("real_train", "real_train", None, held_out, remap_slots(train, mapping))
+        tables.append(("real_train", "real_train", None))
+        parts.append(remap_slots(train, mapping, F.lit("real_train")))
     targets: list[tuple[str, str, float]] = []  # train runs behind the synthetic days
     if table_exists(spark, SYNTHETIC):
         synth = latest_runs(spark, SYNTHETIC, cfg.dataset, ["model"])
+        label = F.lit(None).cast("string")
         for row in synth.select("run_id", "model", "epsilon").distinct().collect():
             targets.append((row["run_id"], row["model"], float(row["epsilon"])))
-            part = synth.where(
-                (F.col("model") == row["model"]) & (F.col("epsilon") == row["epsilon"])
-            )
-            compare(
-                f"synthetic {row['model']}",
-                row["model"],
-                row["epsilon"],
-                held_out,
-                remap_slots(part, mapping),
-            )
-    pairs = perturbed_day_pairs(spark, cfg)
+            name = f"synthetic {row['model']}"
+            tables.append((name, row["model"], row["epsilon"]))
+            mine = (F.col("model") == row["model"]) & (F.col("epsilon") == row["epsilon"])
+            label = F.when(mine, F.lit(name)).otherwise(label)
+        parts.append(remap_slots(synth, mapping, label).where(F.col("part").isNotNull()))
+    if tables:
+        t0 = time.perf_counter()
+        days = remap_slots(held_out, mapping, F.lit(HELD_OUT))
+        for part in parts:
+            days = days.unionByName(part)
+        # (part, slots): one row per day of every table -> {part: DaySummary}
+        expected = [(HELD_OUT,), *{(t[0],) for t in tables}]
+        summaries = summarize_groups_pandas(days, ["part"], coords, bins, "days", expected)
+        for label, method, setting in tables:
+            values = compare_summaries(summaries[(HELD_OUT,)], summaries[(label,)], bins)
+            record(label, method, setting, values)
+        timings["real and synthetic"] = round(time.perf_counter() - t0, 2)
+    pairs = perturbed_pairs(spark, cfg)
     if pairs is not None:
-        days = slot_days_of_points(pairs, ["mechanism", "epsilon", "kind"]).cache()
-        settings = days.select("mechanism", "epsilon").distinct().collect()
-        for s in sorted(settings, key=lambda r: (r["mechanism"], r["epsilon"])):
-            mine = days.where(
-                (F.col("mechanism") == s["mechanism"]) & (F.col("epsilon") == s["epsilon"])
+        t0 = time.perf_counter()
+        loc_ids = None if mapping is None else np.array(sorted(mapping), dtype=np.int64)
+        summaries = perturbed_summaries(spark, pairs, coords, loc_ids, bins)
+        for m, e in sorted({(m, e) for m, e, _ in summaries}):
+            values = compare_summaries(
+                summaries[(m, e, "raw")], summaries[(m, e, "perturbed")], bins
             )
-            compare(
-                f"perturbed {s['mechanism']} eps={s['epsilon']}",
-                f"perturbed_{s['mechanism']}",
-                float(s["epsilon"]),
-                remap_slots(mine.where(F.col("kind") == "raw"), mapping),
-                remap_slots(mine.where(F.col("kind") == "perturbed"), mapping),
-            )
-        days.unpersist()
-    held_out.unpersist()
+            record(f"perturbed {m} eps={e}", f"perturbed_{m}", float(e), values)
+        timings["perturbed"] = round(time.perf_counter() - t0, 2)
     if not rows:
         raise InputDataError(
             f"nothing to evaluate for dataset {cfg.dataset!r}: run train+synthesize or collect"
@@ -255,7 +479,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     finite = [r for r in rows if r["value"] is not None and math.isfinite(r["value"])]
     return {
         "mode": mode,
-        "comparisons": len([k for k in timings if k != "attacks"]),
+        "comparisons": len(compared),
         "rows": written,
         "finite_rows": len(finite),
         "seconds": timings,

@@ -9,6 +9,9 @@ of floating-point additions), so paper mode agrees bit for bit with numpy and ge
 last-ulp differences of the JVM's and numpy's sin/cos/asin (see tests/jobs/test_mobility_spark.py).
 engine="pandas" instead runs the numpy core itself per Arrow batch (mapInPandas) and only the
 bucket counts are added up by Spark: no mirrored logic at all, and about 5x faster.
+`summarize_groups_pandas` does the same for many sets of days in one pass (one DaySummary per
+value of some group columns), and `summary_rows` / `summaries_by_group` are its two halves for
+callers that build their days inside their own task (jobs/evaluate.py, perturbed comparisons).
 
 Row shapes (engine="sql"):
   days      (slots array<int>, valid)                           one row per day
@@ -81,26 +84,102 @@ def summarize_days_pandas(
     days_df: DataFrame, coords: np.ndarray, bins: MetricBins, name: str
 ) -> DaySummary:
     """The DaySummary of `days_df` from the numpy core run per Arrow batch (mapInPandas)."""
+    return summarize_groups_pandas(days_df, [], coords, bins, name)[()]
+
+
+def summarize_groups_pandas(
+    days_df: DataFrame,
+    keys: list[str],
+    coords: np.ndarray,
+    bins: MetricBins,
+    name: str,
+    expected: list[tuple] | None = None,
+) -> dict[tuple, DaySummary]:
+    """{group: DaySummary} of every group of days (rows with equal `keys`), in one Spark pass.
+
+    The numpy core summarises each group's days of each Arrow batch; Spark adds up the integer
+    counts per (keys..., kind, key), so each group's summary equals `summarize_days` of its
+    days taken alone (bit for bit: only integers are added). With keys=[] the one group is ().
+    A group of `expected` (default: () when keys=[], else none) without days raises
+    InputDataError; other groups without days are simply absent.
+    Row shapes: (keys..., slots, valid) one row per day -> (keys..., kind, key, w) a few
+    hundred rows per group and batch -> summed: a few thousand rows per group, collected.
+    """
     n_loc = coords.shape[0]
+    types = dict(days_df.dtypes)
+    missing = [k for k in keys if k not in types]
+    if missing:
+        raise InvalidParameterError(f"{name}: no column {missing} to group the days by")
 
     def kernel(batches):
         for pdf in batches:
-            # (slots, valid): one row per day -> (kind, key, w): a few hundred rows per batch
+            if pdf.empty:
+                continue
             ok = pdf["valid"].to_numpy(dtype=bool)
-            parts = [pd.DataFrame({"kind": [K_INVALID], "key": [0], "w": [int((~ok).sum())]})]
-            if ok.any():
-                days = np.stack(pdf["slots"].to_numpy()[ok]).astype(np.int64)
-                parts.append(_summary_rows(summarize_days(days, coords, bins)))
-            yield pd.concat(parts, ignore_index=True)
+            slots = pdf["slots"].to_numpy()
+            if keys:
+                codes = pdf.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+                firsts = np.unique(codes, return_index=True)[1]
+            else:
+                codes, firsts = np.zeros(len(pdf), dtype=np.int64), np.zeros(1, dtype=np.int64)
+            parts = []
+            for g, first in enumerate(firsts):
+                mine = codes == g
+                good = slots[mine & ok]
+                days = np.stack(good) if good.size else np.zeros((0, SLOTS), dtype=np.int64)
+                part = summary_rows(days, int((mine & ~ok).sum()), coords, bins)
+                for k in keys:
+                    part[k] = pdf[k].iloc[first]
+                parts.append(part)
+            yield pd.concat(parts, ignore_index=True)[[*keys, "kind", "key", "w"]]
 
+    schema = ", ".join([*(f"`{k}` {types[k]}" for k in keys), SUMMARY_ROW_DDL])
     rows = (
-        days_df.select("slots", _valid(F.col("slots"), n_loc).alias("valid"))
-        .mapInPandas(kernel, "kind int, key long, w long")
-        .groupBy("kind", "key")
+        days_df.select(*keys, "slots", _valid(F.col("slots"), n_loc).alias("valid"))
+        .mapInPandas(kernel, schema)
+        .groupBy(*keys, "kind", "key")
         .agg(F.sum("w").alias("w"))
         .collect()
     )
-    return _to_summary(rows, n_loc, bins.distance, bins.radius, name)
+    if expected is None:
+        expected = [] if keys else [()]
+    return summaries_by_group(rows, keys, n_loc, bins, name, expected)
+
+
+#: The columns of summary rows (`summary_rows`), after any group columns.
+SUMMARY_ROW_DDL = "kind int, key long, w long"
+
+
+def summary_rows(
+    days: np.ndarray, n_invalid: int, coords: np.ndarray, bins: MetricBins
+) -> pd.DataFrame:
+    """(kind, key, w) rows of the DaySummary of valid `days` ((n, 48) location ids, n >= 0)
+    plus one K_INVALID row counting `n_invalid` rejected days: what Spark adds up."""
+    parts = [pd.DataFrame({"kind": [K_INVALID], "key": [0], "w": [int(n_invalid)]})]
+    if len(days):
+        parts.append(_summary_rows(summarize_days(days.astype(np.int64), coords, bins)))
+    return pd.concat(parts, ignore_index=True)
+
+
+def summaries_by_group(
+    rows: list,
+    keys: list[str],
+    n_loc: int,
+    bins: MetricBins,
+    name: str,
+    expected: list[tuple] | None = None,
+) -> dict[tuple, DaySummary]:
+    """Summed (keys..., kind, key, w) rows -> {group: DaySummary}. A group of `expected`
+    without rows raises InputDataError (it holds no days); a group with invalid days raises
+    InvalidTrajectoryError (named by `name` and its key values)."""
+    grouped: dict[tuple, list] = {tuple(g): [] for g in expected or []}
+    for r in rows:
+        grouped.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = {}
+    for group, mine in grouped.items():
+        label = f"{name} {dict(zip(keys, group, strict=True))}" if keys else name
+        out[group] = _to_summary(mine, n_loc, bins.distance, bins.radius, label)
+    return out
 
 
 def _summary_rows(s: DaySummary) -> pd.DataFrame:
