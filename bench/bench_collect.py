@@ -33,6 +33,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jobs.stage import add_overrides  # noqa: E402
+
 STATIONS = ROOT.parent / "shared" / "data" / "shanghai_telecom" / "base_stations.csv"
 USERS, DAYS, ACTIVE = 9481, 182, 0.37
 START = dt.date(2014, 6, 1)
@@ -141,9 +143,8 @@ def main() -> int:
                         help="storage root that already holds the ingested dataset (e.g. "
                              "/tmp/full); overrides the config's storage.root")
     parser.add_argument("--dataset", default=None, help="dataset name (default: the config's)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY.PATH=VALUE", help="extra config override (repeatable), e.g. "
-                        "spark.conf.spark.eventLog.enabled=true")
+    add_overrides(parser, "extra config override (repeatable), e.g. "
+                  "spark.conf.spark.eventLog.enabled=true")
     args = parser.parse_args()
     if args.root and args.generate:
         parser.error("--root names existing data; --generate writes a scratch root instead")

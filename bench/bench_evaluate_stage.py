@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_pipeline import machine, run_measured  # noqa: E402
 from bench.proc_tree import tree_cpu_seconds  # noqa: E402
+from jobs.stage import add_overrides  # noqa: E402
 
 PREPARE = ("datagen", "ingest", "collect")
 
@@ -107,14 +108,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "conf" / "telecom_shanghai.yaml"))
     parser.add_argument("--root", required=True, help="data root (kept)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="config override (repeatable)",
-    )
+    add_overrides(parser, "config override (repeatable)")
     parser.add_argument(
         "--prepare",
         action="store_true",

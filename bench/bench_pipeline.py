@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proc_tree import tree_rss_bytes  # noqa: E402
+from jobs.stage import add_overrides  # noqa: E402
 
 STAGE_LINE = re.compile(r"stage (\w+) (ok|failed) in ([0-9.]+) s")
 
@@ -98,7 +99,7 @@ def stage_rows(args: argparse.Namespace, base: list[str]) -> tuple[int, list[dic
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "conf" / "default.yaml"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    add_overrides(parser)
     parser.add_argument("--root", help="data root to use and keep (default: a scratch folder)")
     parser.add_argument("--stages", help="comma-separated stages, each its own process")
     parser.add_argument("--keep", action="store_true", help="keep the scratch data root")

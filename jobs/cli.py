@@ -94,7 +94,7 @@ def run_sql(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="trajpriv sql")
     parser.add_argument("query")
     parser.add_argument("--config", default="conf/default.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    harness.add_overrides(parser)
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     args = parser.parse_args(argv)
     harness.configure_logging()

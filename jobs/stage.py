@@ -47,19 +47,22 @@ def new_run_id(stage: str) -> str:
     return f"{stage}-{stamp}-{secrets.token_hex(3)}"
 
 
+def add_overrides(
+    parser: argparse.ArgumentParser,
+    help: str = "override a config value (repeatable), e.g. --set collect.epsilons=[1,4]",
+) -> None:
+    """`--set KEY.PATH=VALUE` (repeatable) into args.overrides: every entry point's override."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help
+    )
+
+
 def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"trajpriv {stage}", description=f"trajpriv {stage} stage"
     )
     parser.add_argument("--config", default="conf/default.yaml", help="YAML config file")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override a config value (repeatable), e.g. --set collect.epsilons=[1,4]",
-    )
+    add_overrides(parser)
     parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
     if add_args is not None:
         add_args(parser)
