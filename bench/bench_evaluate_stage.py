@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_pipeline import machine, run_measured  # noqa: E402
+from bench.bench_pipeline import machine, stage_rows  # noqa: E402
 from bench.proc_tree import tree_cpu_seconds  # noqa: E402
 from jobs.stage import add_overrides  # noqa: E402
 
@@ -51,18 +51,12 @@ def has_rows(spark, table: str, dataset: str) -> bool:
 
 def prepare(args: argparse.Namespace, root: Path) -> list[dict]:
     """Run datagen, ingest and collect (each its own process) into `root`."""
-    rows = []
-    for stage in PREPARE:
-        cmd = [sys.executable, "-m", "jobs.cli", stage, "--config", args.config]
-        cmd += ["--set", f"storage.root={root}"]
-        for item in args.overrides:
-            cmd += ["--set", item]
-        code, log, wall, peak = run_measured(cmd)
-        rows.append({"stage": stage, "ok": code == 0, "wall_s": round(wall, 1)})
-        print(f"prepare: {stage} {'ok' if code == 0 else 'FAILED'} in {wall:.1f} s", flush=True)
-        if code != 0:
-            print(log[-3000:], file=sys.stderr)
-            raise SystemExit(code)
+    code, rows, log = stage_rows(list(PREPARE), args.config, root, args.overrides)
+    for row in rows:
+        print(f"prepare: {row['stage']} {row['status']} in {row['wall_s']:.1f} s", flush=True)
+    if code != 0:
+        print(log[-3000:], file=sys.stderr)
+        raise SystemExit(code)
     return rows
 
 

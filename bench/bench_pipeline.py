@@ -76,11 +76,21 @@ def machine() -> dict[str, object]:
     }
 
 
-def stage_rows(args: argparse.Namespace, base: list[str]) -> tuple[int, list[dict], str]:
-    """Each stage of --stages as its own process; stops at the first failure."""
+def cli_command(stage: str, config: str, root: Path, overrides: list[str]) -> list[str]:
+    """`trajpriv <stage>` on `config` with its data under `root` and the --set overrides."""
+    cmd = [sys.executable, "-m", "jobs.cli", stage, "--config", config]
+    for item in [f"storage.root={root}", *overrides]:
+        cmd += ["--set", item]
+    return cmd
+
+
+def stage_rows(
+    stages: list[str], config: str, root: Path, overrides: list[str]
+) -> tuple[int, list[dict], str]:
+    """Each stage as its own process; stops at the first failure. (exit code, rows, last log)"""
     rows, code, last_log = [], 0, ""
-    for stage in args.stages.split(","):
-        code, last_log, wall, peak = run_measured(base[:3] + [stage] + base[4:])
+    for stage in stages:
+        code, last_log, wall, peak = run_measured(cli_command(stage, config, root, overrides))
         inner = STAGE_LINE.findall(last_log)
         rows.append(
             {
@@ -106,15 +116,11 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="trajpriv_bench_"))
-    base = [sys.executable, "-m", "jobs.cli", "run", "--config", args.config]
-    base += ["--set", f"storage.root={root}"]
-    for item in args.overrides:
-        base += ["--set", item]
     t0 = time.perf_counter()
     if args.stages:
-        code, rows, log = stage_rows(args, base)
+        code, rows, log = stage_rows(args.stages.split(","), args.config, root, args.overrides)
     else:
-        code, log, wall, peak = run_measured(base)
+        code, log, wall, peak = run_measured(cli_command("run", args.config, root, args.overrides))
         rows = [
             {"stage": name, "status": status, "stage_s": float(secs), "wall_s": None}
             for name, status, secs in STAGE_LINE.findall(log)

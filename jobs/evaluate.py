@@ -55,7 +55,6 @@ from jobs.evaluation_table import write_evaluation
 from jobs.keys import pseudonym, pseudonym_key
 from jobs.mobility_spark import (
     SUMMARY_ROW_DDL,
-    collect_coords,
     summaries_by_group,
     summarize_groups_pandas,
     summary_rows,
@@ -63,7 +62,7 @@ from jobs.mobility_spark import (
 from jobs.shaping import build_slot_days
 from udfs.collect_kernel import traj_message
 from udfs.errors import InputDataError, InvalidTrajectoryError
-from udfs.mobility import compare_summaries, metric_bins
+from udfs.mobility import compare_summaries, metric_bins, validate_coords
 from udfs.mobility_bins import MetricBins
 from udfs.mobility_stats import DaySummary
 
@@ -87,27 +86,34 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def dense_locations(spark: SparkSession, dataset: str) -> tuple[DataFrame, dict[int, int] | None]:
-    """Locations as loc_id 0..L-1 (what the metric code indexes) and the id map when remapped."""
+def dense_locations(spark: SparkSession, dataset: str, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(coords, ids): the dataset's locations sorted by id, row i = location id ids[i].
+
+    coords is the (L, 2) lat/lon array the metric code indexes by row (checked for `mode`).
+    """
     locs = read_table(spark, LOCATIONS).where(F.col("dataset") == dataset)
     pdf = locs.select("loc_id", "lat", "lon").toPandas().sort_values("loc_id")
     if pdf.empty:
         raise InputDataError(f"no locations for dataset {dataset!r}: run datagen/ingest first")
-    ids = pdf["loc_id"].to_numpy()
-    if (ids == range(len(ids))).all():
-        return spark.createDataFrame(pdf), None
-    mapping = {int(i): k for k, i in enumerate(ids)}
-    dense = pdf.assign(loc_id=range(len(pdf)))
-    return spark.createDataFrame(dense), mapping
+    ids = pdf["loc_id"].to_numpy(dtype=np.int64)
+    if (np.diff(ids) == 0).any():
+        raise InputDataError(f"{LOCATIONS} holds a loc_id twice for dataset {dataset!r}")
+    return validate_coords(pdf[["lat", "lon"]].to_numpy(), mode), ids
 
 
-def remap_slots(days: DataFrame, mapping: dict[int, int] | None, part=None) -> DataFrame:
-    """(part, slots) or (slots): location ids replaced by their dense row (kept when ids are
-    already dense; an id outside the map becomes null, an invalid day); `part` labels the rows."""
+def dense_ids(ids: np.ndarray) -> np.ndarray | None:
+    """None when location id == row already (no remapping needed), else the ids."""
+    return None if np.array_equal(ids, np.arange(ids.size)) else ids
+
+
+def remap_slots(days: DataFrame, loc_ids: np.ndarray | None, part=None) -> DataFrame:
+    """(part, slots) or (slots): location ids replaced by their row in `loc_ids` (kept when
+    loc_ids is None: ids are rows already; an unknown id becomes null, an invalid day); `part`
+    labels the rows."""
     label = [] if part is None else [part.alias("part")]
-    if mapping is None:
+    if loc_ids is None:
         return days.select(*label, "slots")
-    lut = F.create_map(*[F.lit(x) for pair in mapping.items() for x in pair])
+    lut = F.create_map(*[F.lit(int(x)) for row, i in enumerate(loc_ids) for x in (i, row)])
     return days.select(*label, F.transform("slots", lambda s: lut[s]).alias("slots"))
 
 
@@ -411,8 +417,8 @@ def metric_rows(method: str, setting: float | None, values: dict[str, float]) ->
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     mode = cfg.evaluate.mode
     bins = metric_bins(mode)
-    coords_df, mapping = dense_locations(spark, cfg.dataset)
-    coords = collect_coords(coords_df, mode)
+    coords, ids = dense_locations(spark, cfg.dataset, mode)
+    loc_ids = dense_ids(ids)
     held_out, train = real_days(spark, cfg.dataset)
     rows: list[dict] = []
     timings: dict[str, float] = {}
@@ -428,7 +434,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     parts = []  # (part, slots) per table
     if train is not None:
         tables.append(("real_train", "real_train", None))
-        parts.append(remap_slots(train, mapping, F.lit("real_train")))
+        parts.append(remap_slots(train, loc_ids, F.lit("real_train")))
     targets: list[tuple[str, str, float]] = []  # train runs behind the synthetic days
     if table_exists(spark, SYNTHETIC):
         synth = latest_runs(spark, SYNTHETIC, cfg.dataset, ["model"])
@@ -439,10 +445,10 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
             tables.append((name, row["model"], row["epsilon"]))
             mine = (F.col("model") == row["model"]) & (F.col("epsilon") == row["epsilon"])
             label = F.when(mine, F.lit(name)).otherwise(label)
-        parts.append(remap_slots(synth, mapping, label).where(F.col("part").isNotNull()))
+        parts.append(remap_slots(synth, loc_ids, label).where(F.col("part").isNotNull()))
     if tables:
         t0 = time.perf_counter()
-        days = remap_slots(held_out, mapping, F.lit(HELD_OUT))
+        days = remap_slots(held_out, loc_ids, F.lit(HELD_OUT))
         for part in parts:
             days = days.unionByName(part)
         # (part, slots): one row per day of every table -> {part: DaySummary}
@@ -455,7 +461,6 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     pairs = perturbed_pairs(spark, cfg)
     if pairs is not None:
         t0 = time.perf_counter()
-        loc_ids = None if mapping is None else np.array(sorted(mapping), dtype=np.int64)
         summaries = perturbed_summaries(spark, pairs, coords, loc_ids, bins)
         for m, e in sorted({(m, e) for m, e, _ in summaries}):
             values = compare_summaries(

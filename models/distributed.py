@@ -33,8 +33,11 @@ draw stays on the CPU generators (see `models.train`). Everything saved (checkpo
 is moved to the CPU first (`to_cpu`), so it loads on a machine without a GPU. No CUDA with
 use_gpu=True is a ConfigError naming the key, raised before the process group starts.
 
-Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit]"` raises (or exits hard) on
-that rank before that round.
+Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit|:hold]"` raises (or exits
+hard, or stalls HOLD_S seconds) on that rank before that round, i.e. after the checkpoint of the
+round before it. `hold` lets tests/reliability/test_train_faults.py kill a run at a known round:
+toy rounds take milliseconds, so without it the ranks could commit several rounds between the
+test seeing a checkpoint and its SIGKILL landing.
 """
 
 from __future__ import annotations
@@ -68,12 +71,7 @@ log = logging.getLogger(__name__)
 
 FAULT_ENV = "TRAJPRIV_TRAIN_FAULT"
 LATEST = "LATEST.json"
-# Test hook (tests/reliability/test_train_faults.py), never set in production: rank 0 stalls for
-# HOLD_S seconds right after committing the checkpoint of round HOLD_AFTER_ROUND, so a test can
-# kill the run at a known round. Toy rounds take milliseconds: without it the ranks could commit
-# several rounds between the test seeing round 1 and its SIGKILL landing.
-HOLD_AFTER_ROUND = "TRAJPRIV_TEST_HOLD_AFTER_ROUND"
-HOLD_S = 120.0
+HOLD_S = 120.0  # how long the `hold` fault stalls a rank
 
 
 class RankFailedError(RuntimeError):
@@ -231,8 +229,6 @@ def save_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> None:
         for old in folder.glob("round-*"):
             if old.name != rdir.name:
                 shutil.rmtree(old, ignore_errors=True)
-        if os.environ.get(HOLD_AFTER_ROUND) == str(run.round):
-            time.sleep(HOLD_S)
 
 
 def load_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> bool:
@@ -275,12 +271,15 @@ def _fault_hook(rank: int) -> Callable[[_Run], None] | None:
         return None
     parts = spec.split(":")
     f_rank, f_round = int(parts[0]), int(parts[1])
-    hard = len(parts) > 2 and parts[2] == "exit"
+    action = parts[2] if len(parts) > 2 else "raise"
 
     def hook(run: _Run) -> None:
         if rank == f_rank and run.round == f_round:
-            if hard:
+            if action == "exit":
                 os._exit(3)
+            if action == "hold":
+                time.sleep(HOLD_S)
+                return
             raise RuntimeError(f"injected fault on rank {rank} at round {f_round}")
 
     return hook if rank == f_rank else None
@@ -378,10 +377,10 @@ def _exit_with_launcher(interval_s: float = 1.0) -> None:
     an orphan never moves LATEST.json forward.
     """
     global _launcher_pid
-    _launcher_pid = parent = os.getppid()
+    _launcher_pid = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while not _orphaned():
             time.sleep(interval_s)
         os._exit(EXIT_ORPHANED)
 

@@ -3,7 +3,7 @@ checkpoint write cut short leaves the previous checkpoint usable.
 
 * Killed between rounds: `trajpriv train` (driver, JVM, torchrun and its two ranks) runs as a
   subprocess in its own process group; once round 1's checkpoint is complete (LATEST.json, rank
-  0 then stalls on the test hook TRAJPRIV_TEST_HOLD_AFTER_ROUND), the group gets SIGKILL. The
+  0 then stalls on the fault hook TRAJPRIV_TRAIN_FAULT=0:1:hold), the group gets SIGKILL. The
   ranks live in sessions of their own (torchrun starts them so) and must exit by themselves
   (models.distributed._exit_with_launcher); then `--resume` must end with the same final weights
   (policy, value net, every critic, optimisers, random streams) and the same epsilon as an
@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from models.checkpoint import load_checkpoint
-from models.distributed import HOLD_AFTER_ROUND
+from models.distributed import FAULT_ENV
 from models.train import fit
 from tests.models._toy import tiny_config, tiny_options, toy_data
 
@@ -200,9 +200,9 @@ def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline)
     conf, runs = baseline
     ckpt = runs / "killed" / "checkpoint"
     log = conf.parent / "killed.log"
-    # rank 0 stalls after committing round 1 (models.distributed.HOLD_AFTER_ROUND): the kill
-    # lands at a known round however fast the toy rounds are
-    proc = _cli(conf, "--run-id", "killed", log=log, env={**_env(), HOLD_AFTER_ROUND: "1"})
+    # rank 0 stalls before round 2, after committing round 1 (fault hook `hold`): the kill lands
+    # at a known round however fast the toy rounds are
+    proc = _cli(conf, "--run-id", "killed", log=log, env={**_env(), FAULT_ENV: "0:1:hold"})
     deadline = time.monotonic() + LIMIT_S
     family: set[int] = set()
     try:
