@@ -9,10 +9,14 @@ default); with `source=ingest` the branch skips datagen and ingest reads the con
 Rules this file keeps (DESIGN.md sections 1, 8, 10):
 - It imports nothing from the project and does no work at import time: it only builds operators.
   The stages run in their own Spark driver through spark-submit, with the project's interpreter.
-- Stage arguments are templated from the DAG params and the logical date. The run id and the
-  collection's run label are the logical date, so a rerun of a date (a retry, a cleared task, a
-  second `airflow dags test` of the same date) replaces that date's outputs, and collection reuses
-  the published result of the same run label: it spends no new privacy budget.
+- Stage arguments are templated from the DAG params and the run's data interval. The run id is
+  the logical date; collection covers the data interval only (`collect.window_start` =
+  data_interval_start, `collect.window_end` = the day before data_interval_end), so each
+  logical date releases only its own new trajectories, and a rerun of a date (a retry, a
+  cleared task, a second `airflow dags test`) finds them released already and spends nothing.
+  The schedule is a data-interval timetable (daily, UTC): Airflow 3's default for a cron
+  string has zero-length intervals. Param `collect_interval: all` collects every trajectory
+  not yet released instead (a backfill of old data).
 - Tasks run one after another and one DAG run at a time: the embedded Derby metastore admits a
   single Spark process (training does not need the collection's output; with a shared metastore
   the two sides could run side by side).
@@ -38,6 +42,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import BranchPythonOperator
 from airflow.sdk import DAG, BaseHook, Param, TaskGroup, TriggerRule, chain
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.timetables.interval import CronDataIntervalTimetable
 
 DAG_ID = "trajpriv_pipeline"
 SPARK_CONN_ID = "trajpriv_spark"
@@ -111,12 +116,16 @@ def _override(param: str, key: str) -> str:
 STAGE_ARGS = [
     "--config={{ project_path(params.project_dir, params.config) }}",
     "--run-id=" + DAG_ID + "-{{ ds_nodash }}",
-    "--set=collect.run_label={{ ds | tojson }}",  # quoted: YAML would read a bare date
+    # The data interval as the collection window (quoted: YAML would read a bare date).
+    "{% if params.collect_interval == 'data_interval' %}"
+    "--set=collect.window_start={{ data_interval_start | ds | tojson }}\n"
+    "--set=collect.window_end={{ (data_interval_end - macros.timedelta(days=1)) | ds | tojson }}"
+    "{% endif %}",
     _override("dataset", "dataset"),
     _override("storage_root", "storage.root"),
     _override("spark_master", "spark.master"),
-    _override("epsilons", "collect.epsilons"),
-    _override("mechanisms", "collect.mechanisms"),
+    _override("epsilon", "collect.epsilon"),
+    _override("mechanism", "collect.mechanism"),
     _override("noise", "train.noise"),
     _override("target_epsilon", "train.target_epsilon"),
     "{% for item in params.overrides %}--set={{ item }}\n{% endfor %}",
@@ -140,19 +149,22 @@ PARAMS = {
         type=["null", "string"],
         description="dataset name (rows every stage reads and writes); null: the config's",
     ),
-    "epsilons": Param(
+    "epsilon": Param(
         None,
-        type=["null", "array"],
-        items={"type": "number"},
-        minItems=1,
-        description="LDP budgets of the collection sweep; null: the config's",
+        type=["null", "number"],
+        description="LDP epsilon per released trajectory; null: the config's collect.epsilon",
     ),
-    "mechanisms": Param(
+    "mechanism": Param(
         None,
-        type=["null", "array"],
-        items={"enum": ["tp", "atp", "exp", "uniform"]},
-        minItems=1,
-        description="collection mechanisms; null: the config's",
+        type=["null", "string"],
+        enum=[None, "tp", "atp", "exp"],
+        description="the published collection mechanism; null: the config's",
+    ),
+    "collect_interval": Param(
+        "data_interval",
+        enum=["data_interval", "all"],
+        description="data_interval: collect the trajectories dated in the run's data interval; "
+        "all: every trajectory not yet released (each is still released once)",
     ),
     "noise": Param(
         None,
@@ -233,7 +245,7 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
 with DAG(
     dag_id=DAG_ID,
     description="LDP trajectory collection and PateGAIL++ synthesis, evaluated and reported",
-    schedule="@daily",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,

@@ -158,8 +158,8 @@ def main() -> int:
     from jobs.stage import execute
 
     base = load_config(args.config)
-    sets = ["collect.mechanisms=[atp]", "collect.epsilons=[4.0]", "collect.user_budget=100000",
-            "collect.run_label=bench", "spark.master=local[2]"]
+    sets = ["collect.mechanism=atp", "collect.epsilon=4.0", "privacy.budget=100000",
+            "spark.master=local[2]"]
     if args.root:
         sets.append(f"storage.root={Path(args.root).resolve()}")
     if args.dataset:

@@ -88,7 +88,7 @@ def old_modules(ref: str, folder: Path):
 
 def evaluation_rows(spark, run_id: str) -> list[tuple]:
     pdf = (
-        spark.table("trajpriv_pub.evaluation")
+        spark.table("trajpriv_trusted.evaluation")
         .where(f"run_id = '{run_id}'")
         .select("method", "setting", "metric", "value")
         .toPandas()

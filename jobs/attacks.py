@@ -11,8 +11,8 @@
   (`jobs/attacks_membership.py`): members are the run's training days, non-members held-out
   days of the same users. Metrics `whitebox_mia_*`, `lira_policy_*`, `lira_policy_offline_*`,
   `lira_critic_*` (AUC, balanced accuracy, TPR at 1% FPR, each with its bootstrap interval).
-The linking of pseudonyms to users happens here, in the trusted zone; only the figures are
-published (`trajpriv_pub.evaluation`).
+The linking of published rows to users happens here, in the trusted zone, and the figures stay
+there (`trajpriv_trusted.evaluation`): an attack's score is computed from raw data.
 Row shapes: raw points (user_id, ts, lat, lon) -> sample (who, ts, lat, lon) -> per setting
 published points (who, lat, lon) -> one share per setting.
 """
@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.catalog import read_table, table_exists
+from jobs.catalog import read_table
 from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key
 from models.attacks.home import home_reidentification
@@ -33,7 +33,6 @@ from models.attacks.home import home_reidentification
 log = logging.getLogger("trajpriv.attacks")
 
 MAX_USERS = 2000
-PERTURBED_POINTS = "trajpriv_pub.perturbed_points"
 
 
 def _rows(method: str, setting: float | None, result: dict[str, Any]) -> list[dict]:
@@ -67,30 +66,40 @@ def run_attacks(spark: SparkSession, cfg: Config,
     return rows, figures
 
 
+def perturbed_views(spark: SparkSession, cfg: Config, users: list[str]) -> DataFrame | None:
+    """(method, epsilon, who = user_id, lat, lon): every perturbed point of `users` in the
+    latest study and in every published release (trusted zone: rows are linked to their user
+    through the ledger, so the attacker is granted linkage across pseudonym windows, the
+    strongest case)."""
+    from jobs.evaluate import perturbed_pairs
+
+    pairs = perturbed_pairs(spark, cfg)
+    if pairs is None:
+        return None
+    locations = spark.table("trajpriv_pub.locations").where(F.col("dataset") == cfg.dataset)
+    return (
+        pairs.where(F.col("user_id").isin(users))
+        .select("mechanism", "epsilon", F.col("user_id").alias("who"),
+                F.explode("pert").alias("loc_id"))
+        .join(locations.select("loc_id", "lat", "lon"), "loc_id")
+        .select("mechanism", "epsilon", "who", "lat", "lon")
+    )
+
+
 def home_attack(spark: SparkSession, cfg: Config) -> tuple[list[dict], dict[str, Any]]:
     """Evaluation rows and figures of home re-identification for `cfg.dataset`."""
     key = pseudonym_key(cfg.storage.secrets)
     raw = read_table(spark, "trajpriv_raw.points").where(F.col("dataset") == cfg.dataset)
     users = [r[0] for r in raw.select("user_id").distinct().collect()]
-    by_pseudonym = dict(sorted((pseudonym(key, u), u) for u in users)[:MAX_USERS])
-    sample = list(by_pseudonym.values())
+    # A deterministic sample that does not depend on raw id order: by keyed hash.
+    sample = [u for _, u in sorted((pseudonym(key, u), u) for u in users)[:MAX_USERS]]
     true = raw.where(F.col("user_id").isin(sample)).select("user_id", "ts", "lat", "lon").toPandas()
-    true["who"] = true["user_id"].map(lambda u: pseudonym(key, u))
-    true = true[["who", "ts", "lat", "lon"]]
+    true = true.rename(columns={"user_id": "who"})[["who", "ts", "lat", "lon"]]
     rows = _rows("raw", None, home_reidentification(true, true[["who", "lat", "lon"]]))
     figures: dict[str, Any] = {"attack_users": len(sample)}
-    if table_exists(spark, PERTURBED_POINTS):
-        from jobs.evaluate import PERTURBED, latest_runs
-
-        latest = latest_runs(spark, PERTURBED, cfg.dataset, ["mechanism", "epsilon"])
-        pairs = latest.select("run_id", "mechanism", "epsilon").distinct()
-        points = (
-            spark.table(PERTURBED_POINTS)
-            .join(pairs, ["run_id", "mechanism", "epsilon"])
-            .where(F.col("pseudonym").isin(list(by_pseudonym)))
-            .select("mechanism", "epsilon", F.col("pseudonym").alias("who"), "lat", "lon")
-            .toPandas()
-        )
+    views = perturbed_views(spark, cfg, sample)
+    if views is not None:
+        points = views.toPandas()
         for (mechanism, eps), part in points.groupby(["mechanism", "epsilon"]):
             result = home_reidentification(true, part[["who", "lat", "lon"]])
             rows += _rows(f"perturbed_{mechanism}", float(eps), result)

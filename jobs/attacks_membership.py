@@ -3,7 +3,7 @@
 Target: a train run's artefacts under `<storage.root>/runs/<run_id>/` (policy, critics merged
 from the ranks' shards, recipe: `models.attacks.target.TrainedRun`). By default the run(s) whose
 synthetic days the evaluation compares, so the attack figures sit next to that model's utility
-figures (same method = model and setting = epsilon in `trajpriv_pub.evaluation`).
+figures (same method = model and setting = epsilon in `trajpriv_trusted.evaluation`).
 Candidates: all days in `trajpriv_raw.slot_days_split` of at most `evaluate.attack_users` users
 that have a critic (users with training days), the first ones in keyed-pseudonym order (a
 pseudo-random sample that no one without the key can steer). Members are split `train` (exactly
@@ -68,10 +68,16 @@ def attack_targets(spark: SparkSession, cfg: Config) -> list[tuple[str, str, flo
 
 
 def _check_split(spark: SparkSession, cfg: Config, run_id: str) -> None:
-    """The split table must still hold the days the run was trained on (same counts)."""
-    row = (read_table(spark, RUNS_TABLE).where(F.col("run_id") == run_id)
-           .select("figures").first())
-    recorded = (json.loads(row["figures"] or "{}") if row else {}).get("split")
+    """The split table must still hold the days the run was trained on (same counts). The
+    counts are exact, so the run keeps them in its trusted run folder (`trusted.json`); runs
+    recorded before that published them in their figures."""
+    trusted = cfg.storage.runs_dir / run_id / "trusted.json"
+    if trusted.exists():
+        recorded = json.loads(trusted.read_text()).get("split")
+    else:
+        row = (read_table(spark, RUNS_TABLE).where(F.col("run_id") == run_id)
+               .select("figures").first())
+        recorded = (json.loads(row["figures"] or "{}") if row else {}).get("split")
     if not recorded:
         return  # a run recorded before the split counts: nothing to compare
     now = (spark.table(SPLIT).where(F.col("dataset") == cfg.dataset).groupBy("split")

@@ -14,8 +14,9 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -70,7 +71,7 @@ def write_table(
     if unknown:
         raise ValueError(f"replace keys {sorted(unknown)} are not partition columns {partition_by}")
     if not table_exists(spark, table):
-        df.write.format("parquet").partitionBy(*partition_by).saveAsTable(table)
+        create_table(df, table, partition_by)
         return
     existing_parts = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
     if existing_parts != list(partition_by):
@@ -85,6 +86,60 @@ def write_table(
     df.select(*target_cols).write.insertInto(table, overwrite=True)
     if replace:
         _drop_stale_partitions(spark, table, partition_by, replace, df, covers)
+
+
+def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
+    """First write of `table`: CTAS, after moving aside a leftover folder at its location.
+
+    Why: Spark refuses to create a managed table over a non-empty folder
+    (LOCATION_ALREADY_EXISTS), and exactly that folder is what a process killed during a
+    table's first write leaves (files, no catalog entry). Without this the stage would fail
+    on every rerun. The leftover holds no committed data (the catalog never knew it), so it is
+    renamed to `<folder>.orphan-<UTC time>` beside it (kept for inspection, same mode) and said
+    in one line.
+    """
+    spark = df.sparkSession
+    location = managed_location(spark, table)
+    if location is not None and location.exists() and any(location.iterdir()):
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+        aside = location.with_name(f"{location.name}.orphan-{stamp}")
+        location.rename(aside)
+        log.warning("table %s: its folder %s held files but no catalog entry (a first write "
+                    "that was interrupted); moved aside to %s", table, location, aside)
+    writer = df.write.format("parquet")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.saveAsTable(table)
+
+
+def managed_location(spark: SparkSession, table: str) -> Path | None:
+    """Where the managed table `db.name` lives: `<database location>/<name>` (None if the
+    database is not on the local file system)."""
+    db, _, name = table.partition(".")
+    try:
+        uri = spark.catalog.getDatabase(db).locationUri
+    except Exception:  # database missing: CTAS will say so
+        return None
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return None
+    return Path(unquote(parsed.path)) / name.lower()
+
+
+def append_table(df: DataFrame, table: str, *, partition_by: list[str]) -> None:
+    """Append `df` to `table` (created on first write): the ledger's only write.
+
+    Nothing is overwritten or deleted: each call adds files, committed by Spark's job commit.
+    """
+    spark = df.sparkSession
+    if not table_exists(spark, table):
+        create_table(df, table, partition_by)
+        return
+    target_cols = spark.table(table).columns
+    missing = set(target_cols) - set(df.columns)
+    if missing:
+        raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
+    df.select(*target_cols).write.insertInto(table, overwrite=False)
 
 
 def _drop_stale_partitions(
@@ -173,8 +228,4 @@ def record_run(
         status,
         json.dumps(figures, default=str, sort_keys=True),
     )
-    df = spark.createDataFrame([row], RUNS_SCHEMA)
-    if not table_exists(spark, RUNS_TABLE):
-        df.write.format("parquet").saveAsTable(RUNS_TABLE)
-    else:
-        df.write.insertInto(RUNS_TABLE)
+    append_table(spark.createDataFrame([row], RUNS_SCHEMA), RUNS_TABLE, partition_by=[])

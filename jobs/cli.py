@@ -15,10 +15,12 @@ from jobs import stage as harness
 from udfs.errors import ConfigError, TrajprivError
 
 # Pipeline order; `trajpriv run` runs every stage here whose module exists and is enabled.
-STAGES = ("datagen", "ingest", "collect", "train", "synthesize", "evaluate", "report")
+STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
 USAGE = (
-    "usage: trajpriv {" + ",".join((*STAGES, "run", "sql")) + "} [--config FILE] [--set K=V ...]\n"
-    '       trajpriv sql "SELECT ..." [--config FILE] [--limit N]'
+    "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget"))
+    + "} [--config FILE] [--set K=V ...]\n"
+    '       trajpriv sql "SELECT ..." [--config FILE] [--limit N] [--trusted]\n'
+    "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]"
 )
 
 
@@ -96,6 +98,8 @@ def run_sql(argv: list[str]) -> int:
     parser.add_argument("--config", default="conf/default.yaml")
     harness.add_overrides(parser)
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    parser.add_argument("--trusted", action="store_true",
+                        help="also read the raw and trusted zones (data stewards only)")
     args = parser.parse_args(argv)
     harness.configure_logging()
     try:
@@ -108,11 +112,58 @@ def run_sql(argv: list[str]) -> int:
     spark = None
     try:
         spark = get_spark(cfg)
+        if args.trusted:
+            print("trajpriv sql: --trusted: the raw and trusted zones are readable in this query",
+                  file=sys.stderr)
+        else:
+            from jobs.zones import check_analyst_query
+
+            check_analyst_query(spark, args.query)
         result = spark.sql(args.query)
         result.show(args.limit, truncate=False)
         return 0
     except Exception as exc:
         print(f"trajpriv sql: error: {harness.describe_failure(exc)}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    finally:
+        stop_spark(spark)
+
+
+def run_budget(argv: list[str]) -> int:
+    """Privacy spent and remaining per budget window (distribution; per user with --trusted)."""
+    parser = argparse.ArgumentParser(prog="trajpriv budget")
+    parser.add_argument("--config", default="conf/default.yaml")
+    harness.add_overrides(parser)
+    parser.add_argument("--trusted", action="store_true",
+                        help="per user (raw user ids: data stewards only)")
+    parser.add_argument("--user", default=None, help="one user's rows (implies --trusted)")
+    parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    args = parser.parse_args(argv)
+    harness.configure_logging()
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"trajpriv budget: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    from jobs.ledger import budget_table
+    from jobs.session import get_spark, stop_spark
+
+    spark = None
+    try:
+        spark = get_spark(cfg)
+        per_user = bool(args.trusted or args.user)
+        table = budget_table(spark, cfg.dataset, cfg.privacy.budget, cfg.privacy.window_days,
+                             per_user=per_user)
+        if args.user:
+            table = table.where(table.user_id == args.user)
+        print(f"trajpriv budget: dataset {cfg.dataset}, privacy unit {cfg.privacy.unit}, "
+              f"budget {cfg.privacy.budget:g} per {cfg.privacy.window_days} days (collection, "
+              "local epsilon); training (epsilon, delta) per user beside it"
+              + ("" if per_user else "; distribution over users (--trusted: per user)"))
+        table.show(args.limit, truncate=False)
+        return 0
+    except Exception as exc:
+        print(f"trajpriv budget: error: {harness.describe_failure(exc)}", file=sys.stderr)
         return harness.EXIT_USER_ERROR
     finally:
         stop_spark(spark)
@@ -126,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "sql":
         return run_sql(rest)
+    if command == "budget":
+        return run_budget(rest)
     if command == "run":
         return run_all(rest)
     if command in STAGES:

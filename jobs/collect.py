@@ -1,21 +1,22 @@
-"""`trajpriv collect`: LDP collection of raw trajectories on Spark (DESIGN.md sections 3, 4, 10).
+"""`trajpriv collect`: one LDP release of raw trajectories on Spark (DESIGN.md sections 3, 4, 10).
 
-Reads `trajpriv_raw.trajectories` for one dataset and window, plans every user's budget, records
-the spend in `trajpriv_raw.privacy_ledger`, perturbs each user's released trajectories for every
-(mechanism, epsilon) of the sweep in one `applyInPandas` pass, publishes
-`trajpriv_pub.perturbed_trajectories` (+ the view `perturbed_points`), then measures utility
-against the raw trajectories into `trajpriv_pub.evaluation`.
+Reads `trajpriv_raw.trajectories` of one dataset inside the collection window (the DAG passes
+its data interval), skips every trajectory already released under this setting (release once:
+`--fresh` releases again, as new spend), plans each user's budget (`privacy:`), and releases
+the rest with `collect.mechanism` at `collect.epsilon` into
+`trajpriv_pub.perturbed_trajectories` (+ the view `perturbed_points`).
 
-The privacy logic (budget windows, refusals, seeding, pseudonyms) is in `udfs.collect_kernel`;
-this module only reads, groups, calls the kernels and writes. Order of side effects, so that a
-crash never under-counts spend: plan (no noise) -> ledger -> release (noise, written once) ->
-release registry -> metrics (read back from the written table). A run killed before it published
-anything has its ledger spend voided by the next run (`jobs.collect_recovery`), so a rerun after
-a crash neither counts that budget twice nor releases less than an undisturbed run would.
+Commit protocol (the ledger's states, `jobs.ledger`): plan (no noise) -> ledger `planned` +
+`spent` rows -> perturbed rows of the release, computed from exactly its `spent` rows ->
+`published` -> `trajpriv_pub.releases` row -> `registered` -> trusted utility figures ->
+`evaluated`. Each run first rolls forward every release of the dataset that a crash left
+short of `evaluated`, with the same secret seeds, so after a crash at any boundary and one
+rerun the published rows equal an undisturbed run's and the ledger charges each published
+trajectory exactly once. The privacy logic (budget windows, refusals, seeding, pseudonyms)
+is in `udfs.collect_kernel`; this module reads, groups, calls the kernels and writes.
 
-Idempotence: a collection is (dataset, run label, period, mechanism, epsilon). One already
-published is reused and spends nothing; `--fresh` perturbs again with the next release number
-(a new seed scope) and records the new spend.
+Utility figures (NE, PRQ, ACD, Kendall tau against the raw trajectories) are raw-derived: they
+go to the trusted zone (`trajpriv_trusted.evaluation`), never to `trajpriv_pub`.
 
 Run: `trajpriv collect --config conf/default.yaml [--fresh]` or
 `spark-submit jobs/collect.py --config conf/default.yaml`.
@@ -28,6 +29,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -40,10 +42,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs import fault_injection
+from jobs import fault_injection, ledger
 from jobs.catalog import read_table, table_exists, write_table
-from jobs.collect_recovery import drop_voided, interrupted_runs
-from jobs.config import CollectConfig, Config
+from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from udfs import collect_kernel as K
 from udfs.errors import BudgetExceededError, InputDataError
@@ -53,15 +54,20 @@ log = logging.getLogger("trajpriv.collect")
 
 TRAJECTORIES = "trajpriv_raw.trajectories"
 LOCATIONS = "trajpriv_pub.locations"
-LEDGER = "trajpriv_raw.privacy_ledger"
-RELEASES = "trajpriv_raw.collect_releases"
+LEDGER = ledger.LEDGER
 PUBLISHED = "trajpriv_pub.perturbed_trajectories"
 POINTS_VIEW = "trajpriv_pub.perturbed_points"
+RELEASES = "trajpriv_pub.releases"
 STAGE = "collect"
+ALREADY_RELEASED = "already_released"
 
-PUBLISHED_PARTITIONS = ["dataset", "run_label", "period", "mechanism", "epsilon"]
-LEDGER_PARTITIONS = ["stage", "run_id"]
-RELEASES_PARTITIONS = ["dataset", "run_id"]
+PUBLISHED_PARTITIONS = ["dataset", "release_id"]
+RELEASES_PARTITIONS = ["dataset", "release_id"]
+#: Figures of a collect run that go to `trajpriv_pub.runs` (public by design: they describe
+#: the published release, whose rows anyone can count). Everything else (refusal counts, the
+#: plan, timings of raw work) stays in the run folder (trusted zone).
+PUBLIC_FIGURES = ("dataset", "mechanism", "epsilon", "release_id", "trajectories_released",
+                  "epsilon_spent", "recovered_releases", "fresh", "wall_s")
 
 PLAN_SCHEMA = T.StructType(
     [
@@ -76,7 +82,7 @@ PLAN_SCHEMA = T.StructType(
         T.StructField("released", T.BooleanType()),
         T.StructField("reason", T.StringType()),
         T.StructField("plan_partition", T.IntegerType()),
-        T.StructField("traj_key", T.StringType()),  # released rows only: joins metrics back
+        T.StructField("traj_key", T.StringType()),  # released rows only: the published key
     ]
 )
 RELEASE_SCHEMA = T.StructType(
@@ -90,7 +96,7 @@ RELEASE_SCHEMA = T.StructType(
         T.StructField("n", T.IntegerType()),
     ]
 )
-LEDGER_SCHEMA = T.StructType(
+SPEND_SCHEMA = T.StructType(
     [
         T.StructField("user_id", T.StringType()),
         T.StructField("epsilon", T.DoubleType()),
@@ -101,49 +107,24 @@ LEDGER_SCHEMA = T.StructType(
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
-    """`--fresh`: perturb already published collections again (recorded as new spend)."""
+    """`--fresh`: release trajectories already released under this setting again (new spend)."""
     if "--fresh" not in parser._option_string_actions:  # `trajpriv run` merges every stage's args
         parser.add_argument(
             "--fresh",
             action="store_true",
-            help="re-perturb collections that were already published (new spend in the ledger)",
+            help="release again trajectories already released under this setting (new spend, "
+            "charged in the ledger; averaging two releases weakens each one's protection)",
         )
 
 
-# ----------------------------------------------------------------------------- identity
-def period_name(c: CollectConfig) -> str:
-    """The collection window as a partition value: '20140601-20140614', 'all', '-20140614'."""
-    if c.window_start is None and c.window_end is None:
-        return "all"
-    fmt = "%Y%m%d"
-    start = c.window_start.strftime(fmt) if c.window_start else ""
-    end = c.window_end.strftime(fmt) if c.window_end else ""
-    return f"{start}-{end}"
+def policy_of(cfg: Config) -> K.BudgetPolicy:
+    return K.BudgetPolicy(cfg.privacy.budget, cfg.privacy.window_days)
 
 
-def collection_name(cfg: Config) -> str:
-    return f"{cfg.dataset}\x1f{cfg.collect.run_label}\x1f{period_name(cfg.collect)}"
-
-
-def previous_releases(spark: SparkSession, cfg: Config) -> dict[tuple[str, float], dict]:
-    """Latest published release of each (mechanism, epsilon) of this collection."""
-    if not table_exists(spark, RELEASES):
-        return {}
-    rows = (
-        spark.table(RELEASES)
-        .where(
-            (F.col("dataset") == cfg.dataset)
-            & (F.col("run_label") == cfg.collect.run_label)
-            & (F.col("period") == period_name(cfg.collect))
-        )
-        .collect()
-    )
-    latest: dict[tuple[str, float], dict] = {}
-    for r in rows:
-        key = (r["mechanism"], float(r["epsilon"]))
-        if key not in latest or r["release_no"] > latest[key]["release_no"]:
-            latest[key] = r.asDict()
-    return latest
+def publish_options(cfg: Config) -> K.PublishOptions:
+    p = cfg.publish
+    return K.PublishOptions(date=p.date, traj_key=p.traj_key, pseudonym=p.pseudonym,
+                            window_days=cfg.privacy.window_days)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -169,18 +150,12 @@ def load_space(spark: SparkSession, dataset: str) -> tuple[LocationSpace, DataFr
     return space, locations
 
 
-def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
-    """Raw trajectories of the dataset inside the collection window (no timestamps read)."""
-    c = cfg.collect
+def raw_trajectories(spark: SparkSession, dataset: str) -> DataFrame:
+    """(user_id, date, traj_id, loc_ids, n) of the dataset (no timestamps read)."""
     # A row without a user cannot be charged to anyone's budget (ingest never writes one).
     df = read_table(spark, TRAJECTORIES).where(
-        (F.col("dataset") == cfg.dataset) & F.col("user_id").isNotNull()
+        (F.col("dataset") == dataset) & F.col("user_id").isNotNull()
     )
-    if c.window_start is not None:
-        df = df.where(F.col("date") >= F.lit(c.window_start))
-    if c.window_end is not None:
-        df = df.where(F.col("date") <= F.lit(c.window_end))
-    # Row shape: (user_id, date, traj_id, loc_ids, n)
     return df.select(
         F.col("user_id").cast("string").alias("user_id"),
         F.col("date").cast("date").alias("date"),
@@ -190,37 +165,48 @@ def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
     )
 
 
-def prior_spend(
-    spark: SparkSession,
-    cfg: Config,
-    policy: K.BudgetPolicy,
-    run_id: str,
-    voided: tuple[str, ...] | list[str] = (),
-) -> DataFrame:
-    """Prior spend (user_id, epsilon, window_start, spends) that can share a window with this run.
-
-    Aggregated in Spark to one row per (user, window, epsilon) with the number of such spends:
-    the planner's sums stay exact (count x epsilon), and the ledger, which grows by one row per
-    released trajectory and setting of every run, does not travel to Python row by row.
-
-    Rows of `run_id` itself are left out: this run's ledger partition is rewritten (a retried
-    task with the same run id must not count its own spend twice). So are the rows of `voided`
-    runs (interrupted before they disclosed anything: `jobs.collect_recovery`).
-    """
-    if not table_exists(spark, LEDGER):
-        return spark.createDataFrame([], LEDGER_SCHEMA)
+def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
+    """Raw trajectories of the dataset inside the collection window."""
     c = cfg.collect
-    df = spark.table(LEDGER).where(~F.col("run_id").isin([run_id, *voided]))
+    df = raw_trajectories(spark, cfg.dataset)
     if c.window_start is not None:
-        df = df.where(F.col("window_start") >= F.lit(policy.window_start(c.window_start)))
+        df = df.where(F.col("date") >= F.lit(c.window_start))
     if c.window_end is not None:
-        end = policy.window_start(c.window_end) + dt.timedelta(days=c.window_days)
-        df = df.where(F.col("window_start") < F.lit(end))
+        df = df.where(F.col("date") <= F.lit(c.window_end))
+    return df
+
+
+def prior_spend(spark: SparkSession, cfg: Config, policy: K.BudgetPolicy) -> DataFrame:
+    """Prior collection spend (user_id, epsilon, window_start, spends) that can share a window
+    with the trajectories of this run, from the trajectory dates of every ledger row.
+
+    Aggregated in Spark to one row per (user, day, epsilon) with the number of such spends:
+    the planner re-aligns days to the current windows and its sums stay exact (count x
+    epsilon), and the ledger does not travel to Python row by row. Nothing is left out: every
+    charge of every release, complete or not, counts.
+    """
+    c = cfg.collect
+    df = ledger.collect_spend(spark, cfg.dataset)
+    if c.window_start is not None:
+        df = df.where(F.col("date") >= F.lit(policy.window_start(c.window_start)))
+    if c.window_end is not None:
+        end = policy.window_start(c.window_end) + dt.timedelta(days=policy.window_days)
+        df = df.where(F.col("date") < F.lit(end))
     return (
-        df.select(F.col("user_id").cast("string"), F.col("epsilon").cast("double"),
-                  "window_start")
+        df.select("user_id", F.col("epsilon").cast("double"), F.col("date").alias("window_start"))
         .groupBy("user_id", "window_start", "epsilon")
         .agg(F.count(F.lit(1)).alias("spends"))
+    )
+
+
+def already_released(spark: SparkSession, cfg: Config) -> DataFrame:
+    """(user_id, date, traj_id) of trajectories charged under this setting before."""
+    c = cfg.collect
+    return (
+        ledger.collect_spend(spark, cfg.dataset)
+        .where((F.col("mechanism") == c.mechanism) & (F.col("epsilon") == float(c.epsilon)))
+        .select("user_id", "date", "traj_id")
+        .distinct()
     )
 
 
@@ -260,7 +246,6 @@ def build_plan(
     max_len: int | None,
     partitions: int,
     traj_key_of=None,
-    dataset: str = "",
     timer=None,
 ) -> DataFrame:
     """Budget plan of every user (no randomness). Row shape: PLAN_SCHEMA.
@@ -269,8 +254,8 @@ def build_plan(
     user, and the vectorised planner takes many whole users per call (a call per user cost more
     in pandas overhead than the planning itself). The output stays partitioned by user_id
     (each row notes its `plan_partition`), so the release reads it without a second shuffle.
-    Released rows get their `traj_key` here (`traj_key_of`, the keyed hash the release uses), so
-    the metrics join the raw trajectories without another Python pass over them.
+    Released rows get their published `traj_key` here (`traj_key_of(user, iso date, traj_id)`,
+    the keyed hash the release uses), so the ledger's charges name the published rows.
     """
     # Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
     # The other kind's numeric columns hold fillers, not nulls: pandas would turn an int
@@ -317,7 +302,7 @@ def build_plan(
         if traj_key_of is not None and mine.any():
             rel = plan[mine]
             keys[mine] = [
-                traj_key_of(K.traj_message(dataset, u, d, t))
+                traj_key_of(u, d, int(t))
                 for u, d, t in zip(rel["user_id"], K.iso_dates(rel["date"]), rel["traj_id"],
                                    strict=True)
             ]
@@ -362,25 +347,29 @@ def summarise_plan(plan: DataFrame) -> dict[str, Any]:
     }
 
 
-def validate_plan(summary: dict[str, Any], cost: float, budget: float) -> None:
-    """Refuse to spend when no trajectory can be released because of the budget."""
+def nothing_to_release(summary: dict[str, Any], budget: float) -> str | None:
+    """Why the plan releases nothing (None when it releases something).
+
+    Only invalid trajectories: InputDataError (ingest is to blame, not the budget). Exhausted
+    budgets are the budget working as declared: the run spends nothing and says so (a daily
+    schedule then simply resumes in the next window).
+    """
     counts = summary["counts"]
-    released = counts.get(K.RELEASED, {}).get("trajectories", 0)
-    refused = counts.get(K.WINDOW_EXHAUSTED, {}).get("trajectories", 0)
-    if released == 0 and refused > 0:
-        remaining = summary["max_remaining"]
-        raise BudgetExceededError(
-            f"no trajectory can be released: each needs epsilon {cost:g} (the sweep) but the "
-            f"largest remaining window budget of any user is {remaining:g} of {budget:g}; "
-            "wait for the next window, raise collect.user_budget or sweep fewer settings"
-        )
-    if released == 0:
-        invalid = counts.get(K.INVALID, {}).get("trajectories", 0)
+    if counts.get(K.RELEASED, {}).get("trajectories", 0):
+        return None
+    exhausted = counts.get(K.WINDOW_EXHAUSTED, {}).get("trajectories", 0)
+    invalid = counts.get(K.INVALID, {}).get("trajectories", 0)
+    if invalid and not exhausted:
         raise InputDataError(
             f"no trajectory can be released: {invalid} of the window's trajectories are invalid "
             "(empty, n disagreeing with loc_ids, a loc_id outside the dataset's locations or "
             "longer than collect.max_len); re-run ingest for this dataset"
         )
+    if exhausted:
+        return (f"every user with a new trajectory has spent their budget of {budget:g} in its "
+                f"window ({exhausted} trajectories refused); they are released in later windows "
+                "or not at all")
+    return "no new trajectory in the window"
 
 
 # ----------------------------------------------------------------------------- release
@@ -403,22 +392,13 @@ def make_release_fn(bc, kernel: K.ReleaseKernel, timer=None):
     """The mapInPandas function: batches of whole users -> their published rows.
 
     The kernel still runs once per user (each user has their own random stream); the batch
-    only saves the per-group Arrow round trip of applyInPandas (about 1 ms a user). Every row
-    must sit in the partition that planned it (`plan_partition`): a user split over two
-    partitions would be perturbed twice from the same seed, so a mismatch stops the task.
+    only saves the per-group Arrow round trip of applyInPandas (about 1 ms a user). The input
+    is hash-partitioned by user and sorted, so every user is whole in one task.
     """
     token = uuid.uuid4().hex
 
     def release(batches):
-        from pyspark import TaskContext
-
-        part = TaskContext.get().partitionId()
         for pdf in complete_groups(batches):
-            if (pdf["plan_partition"].to_numpy() != part).any():
-                raise AssertionError(
-                    f"release task {part} got rows planned in another partition: a shuffle "
-                    "between plan and release would split users; keep the plan's partitioning"
-                )
             users = pdf["user_id"].to_numpy()
             cuts = np.flatnonzero(users[1:] != users[:-1]) + 1
             bounds = [0, *cuts.tolist(), len(users)]
@@ -451,27 +431,19 @@ def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
             "calibrated": c.calibrated,
             "max_len": c.max_len,
         },
+        publish=publish_options(cfg),
     )
 
 
-def perturb_released(released: DataFrame, bc, kernel: K.ReleaseKernel, timer=None) -> DataFrame:
-    """(user_id, date, traj_id, loc_ids[, plan_partition]) -> RELEASE_SCHEMA rows.
-
-    Rows straight from the plan carry `plan_partition` and are already clustered by user (no
-    shuffle here); any other input is first hash-partitioned by user.
-    """
-    if "plan_partition" not in released.columns:
-        released = released.repartition("user_id").withColumn(
-            "plan_partition", F.spark_partition_id()
-        )
+def perturb_users(rows: DataFrame, bc, kernel: K.ReleaseKernel, timer=None) -> DataFrame:
+    """(user_id, date, traj_id, loc_ids) -> RELEASE_SCHEMA rows, whole users per task."""
     fn = make_release_fn(bc, kernel, timer)
-    cols = ["user_id", "date", "traj_id", "loc_ids", "plan_partition"]
-    return released.select(*cols).sortWithinPartitions("user_id").mapInPandas(fn, RELEASE_SCHEMA)
-
-
-def keyed_raw(plan: DataFrame) -> DataFrame:
-    """(traj_key, true_ids) of the released trajectories, to join the published rows back."""
-    return plan.where("released").select("traj_key", F.col("loc_ids").alias("true_ids"))
+    return (
+        rows.select("user_id", "date", "traj_id", "loc_ids")
+        .repartition("user_id")
+        .sortWithinPartitions("user_id", "date", "traj_id")
+        .mapInPandas(fn, RELEASE_SCHEMA)
+    )
 
 
 def ensure_view(spark: SparkSession) -> None:
@@ -481,7 +453,7 @@ def ensure_view(spark: SparkSession) -> None:
     spark.sql(
         f"""
         CREATE OR REPLACE VIEW {POINTS_VIEW} AS
-        SELECT x.run_id, x.dataset, x.run_label, x.period, x.mechanism, x.epsilon, x.pseudonym,
+        SELECT x.release_id, x.dataset, x.mechanism, x.epsilon, x.pseudonym,
                x.traj_key, x.date, x.seq, x.loc_id, l.lat, l.lon
         FROM (
             SELECT t.*, p.seq, p.loc_id
@@ -492,79 +464,173 @@ def ensure_view(spark: SparkSession) -> None:
     )
 
 
-def _published_rows(spark: SparkSession, cfg: Config, settings: list[K.Setting], run_id: str):
+def published_rows(spark: SparkSession, dataset: str) -> DataFrame | None:
+    """Every published row of `dataset` (all releases), or None before the first release."""
+    if not table_exists(spark, PUBLISHED):
+        return None
+    return spark.table(PUBLISHED).where(F.col("dataset") == dataset)
+
+
+def published_with_raw(spark: SparkSession, dataset: str) -> DataFrame | None:
+    """Trusted zone only: each published row next to its raw trajectory's identity.
+
+    Row shape: (release_id, mechanism, epsilon, traj_key, pert array<int>, user_id, date,
+    traj_id): the published rows joined with the ledger's charges of their release (which
+    name the raw trajectory), so no published key needs recomputing.
+    """
+    pub = published_rows(spark, dataset)
+    if pub is None:
+        return None
+    charges = ledger.rows(spark).where(
+        (F.col("stage") == STAGE) & (F.col("state") == ledger.SPENT)
+        & (F.col("dataset") == dataset)
+    ).select("release_id", "traj_key", "user_id", "date", "traj_id")
+    return pub.select("release_id", "mechanism", "epsilon", "traj_key",
+                      F.col("loc_ids").alias("pert")).join(charges, ["release_id", "traj_key"])
+
+
+# ----------------------------------------------------------------------------- one release
+def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
+                   space: LocationSpace, locations: DataFrame,
+                   figures: dict[str, Any]) -> None:
+    """Take `release` from its last recorded state to `evaluated` (idempotent steps).
+
+    Its perturbed rows are computed from exactly its `spent` rows in the ledger (joined with
+    the raw trajectories they name), seeded by (key, dataset, release id, user): the same rows
+    whether this is the run that planned it or a later one rolling it forward.
+    """
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
+    charges = ledger.spent_rows(spark, release.release_id)
+    if ledger.PUBLISHED not in release.states:
+        t0 = time.perf_counter()
+        raw = raw_trajectories(spark, cfg.dataset)
+        todo = charges.select("user_id", "date", "traj_id").join(
+            raw, ["user_id", "date", "traj_id"])
+        bc = spark.sparkContext.broadcast(space)
+        timer = spark.sparkContext.accumulator(0.0)
+        out = perturb_users(todo, bc, release_kernel(cfg, [setting]), timer).select(
+            F.lit(release.run_id).alias("run_id"),
+            F.lit(cfg.dataset).alias("dataset"),
+            F.lit(release.release_id).alias("release_id"),
+            "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
+        )
+        # One partition (dataset, release_id): a redo replaces exactly this release's rows.
+        write_table(out, PUBLISHED, partition_by=PUBLISHED_PARTITIONS,
+                    covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+        bc.destroy()
+        figures.setdefault("release_s", 0.0)
+        figures["release_s"] += round(time.perf_counter() - t0, 3)
+        figures["kernel_cpu_s"] = round(timer.value, 3)
+        fault_injection.crash_point("after_publish")
+        ledger.mark(spark, release, ledger.PUBLISHED)
+        fault_injection.crash_point("after_published_mark")
+    if ledger.REGISTERED not in release.states:
+        register_release(spark, cfg, release)
+        ensure_view(spark)
+        fault_injection.crash_point("after_registry")
+        ledger.mark(spark, release, ledger.REGISTERED)
+        fault_injection.crash_point("after_registered_mark")
+    if ledger.EVALUATED not in release.states:
+        t0 = time.perf_counter()
+        rows = release_metrics(spark, cfg, release, space, locations)
+        figures.setdefault("metrics", {}).update(
+            {r["metric"]: (None if r["value"] != r["value"] else round(r["value"], 6))
+             for r in rows})
+        fault_injection.crash_point("after_evaluation")
+        ledger.mark(spark, release, ledger.EVALUATED)
+        figures["metrics_s"] = round(time.perf_counter() - t0, 3)
+
+
+def register_release(spark: SparkSession, cfg: Config, release: ledger.Release) -> None:
+    """One row in `trajpriv_pub.releases` (counts of the published rows: public by design)."""
     pub = spark.table(PUBLISHED).where(
-        (F.col("dataset") == cfg.dataset)
-        & (F.col("run_label") == cfg.collect.run_label)
-        & (F.col("period") == period_name(cfg.collect))
-        & (F.col("run_id") == run_id)
+        (F.col("dataset") == cfg.dataset) & (F.col("release_id") == release.release_id))
+    counts = pub.agg(F.count(F.lit(1)).alias("t"), F.sum("n").alias("p")).first()
+    row = (cfg.dataset, release.release_id, release.mechanism, float(release.epsilon),
+           int(counts["t"]), int(counts["p"] or 0), ledger.now())
+    schema = ("dataset string, release_id string, mechanism string, epsilon double, "
+              "trajectories long, points long, created_at timestamp")
+    write_table(spark.createDataFrame([row], schema), RELEASES, partition_by=RELEASES_PARTITIONS,
+                covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+
+
+def release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,
+                    space: LocationSpace, locations: DataFrame) -> list[dict[str, Any]]:
+    """NE/PRQ/ACD/Kendall tau of one release against the raw trajectories (trusted zone)."""
+    from jobs.collect_metrics import ldp_metrics
+    from jobs.evaluation_table import write_evaluation
+
+    pairs = published_with_raw(spark, cfg.dataset)
+    raw = raw_trajectories(spark, cfg.dataset).select(
+        "user_id", "date", "traj_id", F.col("loc_ids").alias("true_ids"))
+    pairs = (pairs.where(F.col("release_id") == release.release_id)
+             .join(raw, ["user_id", "date", "traj_id"])
+             .select("mechanism", "epsilon", "traj_key", F.col("pert").alias("pert_ids"),
+                     "true_ids"))
+    rows = ldp_metrics(pairs, locations, diameter=space.diameter, prq_km=cfg.study.prq_km,
+                       top_fraction=cfg.study.acd_top_fraction, n_locations=space.n)
+    write_evaluation(
+        spark,
+        [{"method": f"{r['mechanism']}-release", "setting": r["epsilon"],
+          "metric": r["metric"], "value": r["value"]} for r in rows],
+        run_id=release.release_id,
+        dataset=cfg.dataset,
     )
-    keys = F.struct(F.col("mechanism"), F.col("epsilon"))
-    wanted = [F.struct(F.lit(s.mechanism), F.lit(float(s.epsilon))) for s in settings]
-    return pub.where(keys.isin(*wanted))
+    return rows
 
 
 # ----------------------------------------------------------------------------- the stage
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
-    from jobs.collect_metrics import ldp_metrics
-    from jobs.evaluation_table import write_evaluation
-
     c = cfg.collect
     fresh = bool(getattr(ctx.args, "fresh", False))
-    period = period_name(c)
-    collection = collection_name(cfg)
     figures: dict[str, Any] = {
-        "dataset": cfg.dataset,
-        "run_label": c.run_label,
-        "period": period,
-        "fresh": fresh,
+        "dataset": cfg.dataset, "mechanism": c.mechanism, "epsilon": float(c.epsilon),
+        "fresh": fresh, "window": [str(c.window_start), str(c.window_end)],
     }
+    policy = policy_of(cfg)
+    setting = K.Setting(c.mechanism, float(c.epsilon))
+    cost = K.sweep_cost([setting])
+    if cost > policy.user_budget:
+        raise BudgetExceededError(
+            f"collect.epsilon {cost:g} per trajectory exceeds privacy.budget "
+            f"{policy.user_budget:g} per {policy.window_days} days: no trajectory could be "
+            "released; lower collect.epsilon or raise privacy.budget"
+        )
+    space, locations = load_space(spark, cfg.dataset)
 
-    # 1. Which collections exist already? Reuse them (spend nothing) unless --fresh.
-    latest = previous_releases(spark, cfg)
-    todo: list[K.Setting] = []
-    reused: list[str] = []
-    for mech in c.mechanisms:
-        for eps in c.epsilons:
-            prev = latest.get((mech, float(eps)))
-            if prev is not None and not fresh:
-                reused.append(f"{mech}@{float(eps):g} (run {prev['run_id']})")
-                continue
-            release_no = 0 if prev is None else prev["release_no"] + 1
-            todo.append(K.Setting(mech, float(eps), release_no, collection))
-    figures["reused"] = reused
-    figures["released_settings"] = [f"{s.mechanism}@{s.epsilon:g}#{s.release_no}" for s in todo]
-    if not todo:
-        ensure_view(spark)
-        log.info("collection %s already published for every setting; nothing spent", period)
-        figures.update(trajectories_released=0, epsilon_spent=0.0)
-        return figures
+    # 1. Roll forward what a crash left unfinished (its spend is already in the ledger).
+    releases = ledger.collect_releases(spark, cfg.dataset)
+    pending = [r for r in releases if not r.complete]
+    for rel in pending:
+        log.warning("release %s (run %s) stopped before %s: finishing it from its ledger rows "
+                    "(same noise, no new spend)", rel.release_id, rel.run_id,
+                    next(s for s in (ledger.PUBLISHED, ledger.REGISTERED, ledger.EVALUATED)
+                         if s not in rel.states))
+        finish_release(spark, cfg, rel, space, locations, figures)
+    figures["recovered_releases"] = [r.release_id for r in pending]
 
     # 2. Plan, then spend: validate the whole budget plan before any noise is drawn.
-    policy = K.BudgetPolicy(c.user_budget, c.window_days)
-    cost = K.sweep_cost(todo)
-    figures["epsilon_per_trajectory"] = cost
-    if cost > c.user_budget:
-        raise BudgetExceededError(
-            f"the sweep needs epsilon {cost:g} per trajectory ({len(todo)} settings) but "
-            f"collect.user_budget is {c.user_budget:g} per {c.window_days} days: no trajectory "
-            "could be released; sweep fewer settings or raise the budget"
-        )
+    release_id = ledger.new_release_id(ctx.run_id, {r.release_id for r in releases})
+    figures["release_id"] = release_id
+    pkey = pseudonym_key(cfg.storage.secrets)
+    publish = publish_options(cfg)
     t0 = time.perf_counter()
-    space, locations = load_space(spark, cfg.dataset)
-    voided = interrupted_runs(spark, ctx.run_id)
-    figures["voided_runs"] = voided
+    window = read_window(spark, cfg)
+    if not fresh:
+        before = window
+        window = window.join(already_released(spark, cfg), ["user_id", "date", "traj_id"],
+                             "left_anti")
     plan_timer = spark.sparkContext.accumulator(0.0)
     plan = build_plan(
-        read_window(spark, cfg),
-        prior_spend(spark, cfg, policy, ctx.run_id, voided),
+        window,
+        prior_spend(spark, cfg, policy),
         cost=cost,
         policy=policy,
         n_locations=space.n,
         max_len=c.max_len,
         partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
-        traj_key_of=functools.partial(pseudonym, pseudonym_key(cfg.storage.secrets)),
-        dataset=cfg.dataset,
+        traj_key_of=lambda u, d, t: pseudonym(pkey, publish.key_message(cfg.dataset, u, d, t,
+                                                                        release_id)),
         timer=plan_timer,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -573,195 +639,99 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         figures["plan_kernel_cpu_s"] = round(plan_timer.value, 3)
         counts = summary["counts"]
         n_released = counts.get(K.RELEASED, {}).get("trajectories", 0)
+        skipped = 0 if fresh else before.count() - sum(v["trajectories"] for v in
+                                                       counts.values())
         figures.update(
-            trajectories_in_window=sum(v["trajectories"] for v in counts.values()),
+            trajectories_in_window=sum(v["trajectories"] for v in counts.values()) + skipped,
             trajectories_released=n_released,
             points_released=counts.get(K.RELEASED, {}).get("points", 0) or 0,
             users=summary["users"],
             users_released=summary["users_released"],
-            refused={r: counts[r]["trajectories"] for r in counts if r != K.RELEASED},
+            refused={**{r: counts[r]["trajectories"] for r in counts if r != K.RELEASED},
+                     **({ALREADY_RELEASED: skipped} if skipped else {})},
+            epsilon_spent=0.0,
         )
-        if figures["trajectories_in_window"] == 0:
-            log.warning("no trajectories of %s in %s; nothing collected", cfg.dataset, period)
+        why = nothing_to_release(summary, policy.user_budget)
+        if why is not None:
+            log.warning("collect %s: nothing released, nothing spent: %s (%d trajectories "
+                        "already released under %s@%g)", figures["window"], why, skipped,
+                        c.mechanism, c.epsilon)
+            figures.update(release_id=None, nothing_released=why)
+            ensure_view(spark)
             return figures
-        validate_plan(summary, cost, c.user_budget)
-        explain = explain_report(cfg, ctx.run_id, todo, reused, cost, policy, summary, space)
-        figures["explain"] = write_explain(cfg, ctx.run_id, explain)
-        figures["epsilon_spent"] = float(n_released * cost)
+        release = ledger.Release(release_id, ctx.run_id, cfg.dataset, c.mechanism,
+                                 float(c.epsilon), frozenset(),
+                                 {"epsilon": float(c.epsilon), "trajectories": n_released})
+        figures["explain"] = write_explain(
+            cfg, ctx.run_id, explain_report(cfg, release, cost, policy, summary, space))
+        figures["epsilon_spent"] = float(total_charged(n_released, cost))
 
-        # 3. Spend: ledger rows first, so a crash can only over-count.
+        # 3. Spend: the planned marker and one charge per trajectory, in one append.
+        fault_injection.crash_point("before_ledger")
         t1 = time.perf_counter()
-        spent_at = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
-        charges = spark.createDataFrame(
-            [(s.mechanism, s.charge) for s in todo], "mechanism string, epsilon double"
+        recorded = ledger.now()
+        charges = plan.where("released").select(
+            F.lit(cfg.dataset).alias("dataset"), "user_id", "date", "traj_id", "traj_key",
+            F.lit(ctx.run_id).alias("run_id"), F.lit(c.mechanism).alias("mechanism"),
+            F.lit(setting.charge).alias("epsilon"), F.lit(0.0).alias("delta"),
+            F.lit(ledger.SPENT).alias("state"), F.lit(None).cast("string").alias("detail"),
+            F.lit(recorded).cast("timestamp").alias("recorded_at"),
+            F.lit(STAGE).alias("stage"), F.lit(release_id).alias("release_id"),
         )
-        ledger = (
-            plan.where("released")
-            .select("user_id", "window_start")
-            .crossJoin(charges)
-            .select(
-                "user_id",
-                F.lit(ctx.run_id).alias("run_id"),
-                F.lit(STAGE).alias("stage"),
-                "mechanism",
-                "epsilon",
-                F.lit(0.0).alias("delta"),
-                "window_start",
-                F.lit(spent_at).cast("timestamp").alias("spent_at"),
-            )
-        )
-        # Every row falls in the one partition (stage, run_id), which dynamic overwrite
-        # replaces (a retried run id rewrites its own spend). No `replace` scope: the plan
-        # released >= 1 trajectory, so there is no stale partition to drop, and the scope check
-        # would recompute the ledger rows in a second Spark job.
-        write_table(ledger, LEDGER, partition_by=LEDGER_PARTITIONS)
-        drop_voided(spark, voided)  # after our own rows: a crash in between voids both next time
+        ledger.append(charges.unionByName(
+            ledger.marker_frame(spark, release, ledger.PLANNED, release.detail)))
         figures["ledger_s"] = round(time.perf_counter() - t1, 3)
-
-        # 4. Release: the only random step, written once before anything reads it.
-        t2 = time.perf_counter()
-        bc = spark.sparkContext.broadcast(space)
-        timer = spark.sparkContext.accumulator(0.0)
-        released = plan.where("released").select(
-            "user_id", "date", "traj_id", "loc_ids", "plan_partition"
-        )
-        out = perturb_released(released, bc, release_kernel(cfg, todo), timer).select(
-            F.lit(ctx.run_id).alias("run_id"),
-            F.lit(cfg.dataset).alias("dataset"),
-            F.lit(c.run_label).alias("run_label"),
-            F.lit(period).alias("period"),
-            "mechanism",
-            "epsilon",
-            "pseudonym",
-            "traj_key",
-            "date",
-            "loc_ids",
-            "n",
-        )
-        # Each setting's partition (dataset, run_label, period, mechanism, epsilon) is overwritten
-        # by this write (dynamic partition overwrite): a fresh release replaces the previous one
-        # of its collection in one commit. The plan released >= 1 trajectory, and a released
-        # trajectory is released under every setting, so every partition gets rows.
-        write_table(out, PUBLISHED, partition_by=PUBLISHED_PARTITIONS)
-        bc.destroy()
-        figures["release_s"] = round(time.perf_counter() - t2, 3)
-        figures["kernel_cpu_s"] = round(timer.value, 3)
-        register_releases(spark, cfg, ctx.run_id, todo, counts)
-        ensure_view(spark)
-
-        # 5. Utility, from the written table joined with the raw trajectories.
-        t3 = time.perf_counter()
-        pairs = (
-            _published_rows(spark, cfg, todo, ctx.run_id)
-            .select("mechanism", "epsilon", "traj_key", F.col("loc_ids").alias("pert_ids"))
-            .join(keyed_raw(plan), "traj_key")
-        )
-        rows = ldp_metrics(
-            pairs,
-            locations,
-            diameter=space.diameter,
-            prq_km=c.prq_km,
-            top_fraction=c.acd_top_fraction,
-            n_locations=space.n,
-        )
-        write_evaluation(
-            spark,
-            [
-                {
-                    "method": r["mechanism"],
-                    "setting": r["epsilon"],
-                    "metric": r["metric"],
-                    "value": r["value"],
-                }
-                for r in rows
-            ],
-            run_id=ctx.run_id,
-            dataset=cfg.dataset,
-        )
-        figures["metrics"] = {f"{r['mechanism']}@{r['epsilon']:g}": {} for r in rows}
-        for r in rows:
-            figures["metrics"][f"{r['mechanism']}@{r['epsilon']:g}"][r["metric"]] = (
-                None if r["value"] != r["value"] else round(r["value"], 6)
-            )
-        figures["metrics_s"] = round(time.perf_counter() - t3, 3)
-        return figures
+        fault_injection.crash_point("after_ledger")
     finally:
         plan.unpersist()
 
+    # 4. Release, register, measure: the same steps a rolled-forward release takes.
+    finish_release(spark, cfg, release, space, locations, figures)
+    return figures
 
-def register_releases(
-    spark: SparkSession, cfg: Config, run_id: str, settings: list[K.Setting], counts: dict
-) -> None:
-    """One row per published (mechanism, epsilon) of this run: what later runs reuse."""
-    released = counts.get(K.RELEASED, {})
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
-    rows = [
-        (
-            cfg.dataset,
-            cfg.collect.run_label,
-            period_name(cfg.collect),
-            s.mechanism,
-            float(s.epsilon),
-            s.release_no,
-            run_id,
-            now,
-            int(released.get("trajectories", 0)),
-            int(released.get("points", 0) or 0),
-            int(released.get("users", 0)),
-        )
-        for s in settings
-    ]
-    schema = (
-        "dataset string, run_label string, period string, mechanism string, epsilon double, "
-        "release_no int, run_id string, created_at timestamp, trajectories long, points long, "
-        "users long"
-    )
-    write_table(
-        spark.createDataFrame(rows, schema),
-        RELEASES,
-        partition_by=RELEASES_PARTITIONS,
-        replace={"dataset": cfg.dataset, "run_id": run_id},
-    )
+
+def total_charged(n: int, cost: float) -> float:
+    """Epsilon n charges of `cost` add up to, rounded up (privacy arithmetic rounds up)."""
+    from udfs.budget import total_up
+
+    return total_up([cost] * n) if n else 0.0
 
 
 # ----------------------------------------------------------------------------- explain
-def explain_report(cfg, run_id, todo, reused, cost, policy, summary, space) -> dict[str, Any]:
-    """Where epsilon goes: per trajectory, per setting, per mechanism step, and per user window."""
+def explain_report(cfg, release, cost, policy, summary, space) -> dict[str, Any]:
+    """Where epsilon goes: per trajectory, per mechanism step, and per user window."""
     c = cfg.collect
     options = {"granularity": c.granularity, "r_dir": c.r_dir, "calibrated": c.calibrated}
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
     return {
-        "run_id": run_id,
+        "run_id": release.run_id,
+        "release_id": release.release_id,
         "dataset": cfg.dataset,
-        "collection": {"run_label": c.run_label, "period": period_name(c)},
+        "window": [str(c.window_start), str(c.window_end)],
         "policy": {
-            "user_budget": policy.user_budget,
+            "unit": cfg.privacy.unit,
+            "budget": policy.user_budget,
             "window_days": policy.window_days,
             "window_epoch": K.EPOCH.isoformat(),
         },
         "epsilon_per_released_trajectory": cost,
-        "settings": [
-            {
-                "mechanism": s.mechanism,
-                "epsilon": s.epsilon,
-                "release_no": s.release_no,
-                "ledger_charge": s.charge,
-            }
-            for s in todo
-        ],
-        "reused": reused,
         "plan": {
             reason: {k: v for k, v in row.items() if k != "reason"}
             for reason, row in summary["counts"].items()
         },
-        "mechanism_steps": K.explain_settings(space, todo, summary["lengths"] or [1], options),
+        "publish": cfg.publish.model_dump(),
+        "mechanism_steps": K.explain_settings(space, [setting], summary["lengths"] or [1],
+                                              options),
     }
 
 
 def write_explain(cfg: Config, run_id: str, report: dict[str, Any]) -> str:
     folder = cfg.storage.runs_dir / run_id
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
     path = folder / "collect_explain.json"
     path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    os.chmod(path, 0o600)
     return str(path)
 
 

@@ -3,7 +3,7 @@
 Why pydantic with `extra="forbid"` everywhere: a misspelt key in a 9,481-user run must fail at
 start, naming the key, not after an hour of Spark work with the default silently used.
 
-Overrides use dotted paths, `--set collect.epsilons=[1,4]`; the value is parsed as YAML so lists,
+Overrides use dotted paths, `--set study.epsilons=[1,4]`; the value is parsed as YAML so lists,
 numbers and booleans need no extra syntax. Relative paths in a config file are resolved against
 the directory the command runs from (the repository root for `make run`).
 """
@@ -178,28 +178,32 @@ class IngestConfig(_Section):
 
 
 Mechanism = Literal["tp", "atp", "exp", "uniform"]
+PublishedMechanism = Literal["tp", "atp", "exp"]
 
 
-class CollectConfig(_Section):
-    """LDP collection sweep and the per-user window budget (DESIGN.md section 4)."""
+def _finite_positive_epsilon(eps: float) -> float:
+    import math
 
-    mechanisms: list[Mechanism] = Field(default_factory=lambda: ["atp", "tp", "exp", "uniform"])
-    epsilons: list[float] = Field(default_factory=lambda: [1.0, 4.0, 10.0])
-    granularity: Literal["auto", 2, 4, 6, 12] = "auto"
-    r_dir: float = Field(0.75, gt=0, lt=1)
-    user_budget: float = Field(1000.0, gt=0)
+    if not math.isfinite(eps) or eps <= 0 or eps > 100:
+        raise ValueError(f"each epsilon must be finite and in (0, 100], got {eps}")
+    return eps
+
+
+class PrivacyConfig(_Section):
+    """The one privacy unit and budget every release charges (DESIGN.md section 4).
+
+    `unit: user`: neighbouring datasets differ in one user's data. A user may spend at most
+    `budget` (epsilon) per window of `window_days` days, summed over every collection release
+    of the user's trajectories dated in that window (sequential composition); training records
+    its (epsilon, delta) per trained user in the same ledger (`trajpriv budget` shows totals).
+    The default, 10 per 7 days, is a budget a data protection officer can sign.
+    """
+
+    unit: Literal["user"] = "user"
+    budget: float = Field(10.0, gt=0)
     window_days: int = Field(7, ge=1)
-    run_label: str = "default"
-    prq_km: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0])
-    acd_top_fraction: float = Field(0.1, gt=0, le=1)
-    # The collection window: trajectories dated window_start..window_end (inclusive) are
-    # collected; None = unbounded on that side. Part of the collection's identity (reuse key).
-    window_start: dt.date | None = None
-    window_end: dt.date | None = None
-    calibrated: bool = True  # ATP radius calibration (post-processing either way)
-    max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
 
-    @field_validator("user_budget")
+    @field_validator("budget")
     @classmethod
     def _finite_budget(cls, value: float) -> float:
         import math
@@ -207,6 +211,69 @@ class CollectConfig(_Section):
         if not math.isfinite(value):
             raise ValueError(f"must be finite (an infinite budget refuses nobody), got {value}")
         return value
+
+
+class PublishConfig(_Section):
+    """What a published row reveals beyond the LDP guarantee, and settings that reduce it.
+
+    `date`: the trajectory's day (`day`), the Monday of its week (`week`) or nothing (`none`).
+    `traj_key`: `stable` (one key per trajectory whatever the release: a --fresh release links
+    to the earlier one) or `per_release` (a new key in every release). `pseudonym`: `stable`
+    (one per user: every release of a user links), `per_window` (rotated every budget window:
+    links only within a window) or `none` (no user column: rows of a user cannot be grouped).
+    """
+
+    date: Literal["day", "week", "none"] = "day"
+    traj_key: Literal["stable", "per_release"] = "per_release"
+    pseudonym: Literal["stable", "per_window", "none"] = "per_window"
+
+
+class CollectConfig(_Section):
+    """The published LDP collection: one mechanism at one epsilon (DESIGN.md section 4).
+
+    Each trajectory dated in the collection window (`window_start`..`window_end`, inclusive;
+    None = unbounded; the DAG passes its data interval) is released once under this setting,
+    charged `epsilon` to its user's budget (`privacy:`); a trajectory already released under
+    the same setting is skipped (spends nothing) unless `trajpriv collect --fresh`. Choosing
+    the setting is a study's job (`study:`), whose output stays in the trusted zone.
+    """
+
+    mechanism: PublishedMechanism = "atp"
+    epsilon: float = 2.5
+    granularity: Literal["auto", 2, 4, 6, 12] = "auto"
+    r_dir: float = Field(0.75, gt=0, lt=1)
+    window_start: dt.date | None = None
+    window_end: dt.date | None = None
+    calibrated: bool = True  # ATP radius calibration (post-processing either way)
+    max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilon(cls, value: float) -> float:
+        return _finite_positive_epsilon(value)
+
+    @model_validator(mode="after")
+    def _window_ordered(self) -> CollectConfig:
+        if self.window_start and self.window_end and self.window_end < self.window_start:
+            raise ValueError(
+                f"window_end {self.window_end} is before window_start {self.window_start}"
+            )
+        return self
+
+
+class StudyConfig(_Section):
+    """A sweep of settings to choose the published one, run in the trusted zone (`trajpriv
+    study`). Its perturbed data and raw-based utility figures (NE, PRQ, ACD, Kendall tau)
+    land in `trajpriv_trusted.*`, never in `trajpriv_pub`, and it charges no budget: nothing
+    of it is released. `max_trajectories` caps the sample it perturbs (None: every
+    trajectory of the collection window)."""
+
+    enabled: bool = True
+    mechanisms: list[Mechanism] = Field(default_factory=lambda: ["atp", "tp", "exp", "uniform"])
+    epsilons: list[float] = Field(default_factory=lambda: [1.0, 4.0, 10.0])
+    prq_km: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0])
+    acd_top_fraction: float = Field(0.1, gt=0, le=1)
+    max_trajectories: int | None = Field(None, ge=1)
 
     @field_validator("prq_km")
     @classmethod
@@ -218,36 +285,20 @@ class CollectConfig(_Section):
             raise ValueError(f"each PRQ radius must be finite and > 0 km, got {bad}")
         return value
 
-    @field_validator("run_label")
+    @field_validator("epsilons")
     @classmethod
-    def _safe_label(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", value):
-            raise ValueError("use 1-64 letters, digits, '_' or '-' (it names table partitions)")
-        return value
+    def _epsilons(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("at least one epsilon is needed")
+        return [_finite_positive_epsilon(v) for v in value]
 
     @model_validator(mode="after")
-    def _window_ordered(self) -> CollectConfig:
-        if self.window_start and self.window_end and self.window_end < self.window_start:
-            raise ValueError(
-                f"window_end {self.window_end} is before window_start {self.window_start}"
-            )
+    def _unique(self) -> StudyConfig:
         if len(set(self.mechanisms)) != len(self.mechanisms):
             raise ValueError(f"mechanisms has duplicates: {self.mechanisms}")
         if len(set(self.epsilons)) != len(self.epsilons):
             raise ValueError(f"epsilons has duplicates: {self.epsilons}")
         return self
-
-    @field_validator("epsilons")
-    @classmethod
-    def _finite_positive(cls, value: list[float]) -> list[float]:
-        import math
-
-        for eps in value:
-            if not math.isfinite(eps) or eps <= 0 or eps > 100:
-                raise ValueError(f"each epsilon must be finite and in (0, 100], got {eps}")
-        if not value:
-            raise ValueError("at least one epsilon is needed")
-        return value
 
 
 class TrainConfig(_Section):
@@ -260,7 +311,15 @@ class TrainConfig(_Section):
     """
 
     enabled: bool = True
-    method: Literal["pategail", "pategail++", "ldp", "ldp++"] = "pategail++"
+    # pategail (uniform Laplace) by default: the sensitivity-aware pategail++ has not measured
+    # better at equal epsilon (README, training section)
+    method: Literal["pategail", "pategail++", "ldp", "ldp++"] = "pategail"
+    # critic per user: bce (cross-entropy discriminator, PateGAIL's) or wgan (WGAN-GP,
+    # PateGAIL++'s); unset: the method's paper
+    critic: Literal["bce", "wgan"] | None = None
+    # sensitivity-aware pilot: history (previous rounds' released rewards, free) or laplace
+    # (the paper's paid noisy pilot)
+    pilot: Literal["history", "laplace"] = "history"
     noise: float = Field(0.10, gt=0)
     target_epsilon: float = Field(10.0, gt=0)
     delta: float = Field(1e-5, gt=0, lt=1)
@@ -330,6 +389,9 @@ class Config(_Section):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     datagen: DatagenConfig = Field(default_factory=DatagenConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    study: StudyConfig = Field(default_factory=StudyConfig)
     collect: CollectConfig = Field(default_factory=CollectConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
@@ -365,7 +427,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*|\.spark\.[\w.]+)*", key):
-        raise ConfigError(f"--set {text!r}: expected key.path=value, e.g. collect.epsilons=[1,4]")
+        raise ConfigError(f"--set {text!r}: expected key.path=value, e.g. study.epsilons=[1,4]")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:

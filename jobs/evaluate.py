@@ -1,10 +1,12 @@
 """`trajpriv evaluate`: mobility divergences of published data against real days.
 
-Comparisons made for `cfg.dataset` (each one row per metric in `trajpriv_pub.evaluation`):
+Comparisons made for `cfg.dataset`, each one row per metric in `trajpriv_trusted.evaluation`
+(every one is computed from raw data, so none is published):
 - `real_train` vs real held-out days: the floor (what two samples of real behaviour differ by);
   needs the train/held-out split written by `trajpriv train`.
 - each synthetic model of the latest synthesize run vs real held-out days (setting = epsilon);
-- each (mechanism, epsilon) of the latest collection vs the same raw trajectories: the raw and
+- each (mechanism, epsilon) of the latest study, and each published release, vs the same raw
+  trajectories: the raw and
   the perturbed points are put into 48-slot days with the raw timestamps (this runs in the
   trusted zone; only the divergences are published), so the only difference is the mechanism.
 With `--attacks` (or `evaluate.attacks`), also the attacks of `jobs/attacks.py`: home
@@ -52,7 +54,6 @@ from pyspark.sql import functions as F
 from jobs.catalog import RUNS_TABLE, read_table, table_exists
 from jobs.config import Config
 from jobs.evaluation_table import write_evaluation
-from jobs.keys import pseudonym, pseudonym_key
 from jobs.mobility_spark import (
     SUMMARY_ROW_DDL,
     summaries_by_group,
@@ -60,7 +61,6 @@ from jobs.mobility_spark import (
     summary_rows,
 )
 from jobs.shaping import build_slot_days
-from udfs.collect_kernel import traj_message
 from udfs.errors import InputDataError, InvalidTrajectoryError
 from udfs.mobility import compare_summaries, metric_bins, validate_coords
 from udfs.mobility_bins import MetricBins
@@ -146,53 +146,45 @@ def real_days(spark: SparkSession, dataset: str) -> tuple[DataFrame, DataFrame |
 
 
 def perturbed_pairs(spark: SparkSession, cfg: Config) -> DataFrame | None:
-    """Each published perturbed trajectory of the latest collection next to its raw one.
+    """Each perturbed trajectory of the latest study and of every release, next to its raw one.
 
     Row shape: (mechanism, epsilon, traj_key, user_id, ts array<bigint>, raw array<int>,
-    pert array<int>): one row per published trajectory and setting; `ts` are the raw
-    timestamps as microseconds of the session time zone's wall clock (what pandas sees of a
-    timestamp column), `raw` and `pert` the raw and the published location ids.
+    pert array<int>): one row per trajectory and setting; `ts` are the raw timestamps as
+    microseconds of the session time zone's wall clock (what pandas sees of a timestamp
+    column), `raw` and `pert` the raw and the perturbed location ids. Study rows keep their
+    mechanism name; published releases are labelled `<mechanism>-release` (their rows are
+    joined to the raw trajectories through the ledger's charges, trusted zone).
     """
-    if not table_exists(spark, PERTURBED):
-        return None
-    pub = latest_runs(spark, PERTURBED, cfg.dataset, ["mechanism", "epsilon"])
-    if not pub.limit(1).count():
-        return None
-    pkey = pseudonym_key(cfg.storage.secrets)
+    from jobs.collect import published_with_raw
+    from jobs.study import STUDY_PERTURBED
+
     dataset = cfg.dataset
-
-    def key_batches(batches):
-        # (user_id, date, traj_id, ts, loc_ids) -> (traj_key, user_id, ts, loc_ids); the arrays
-        # pass through as Arrow buffers, untouched.
-        for b in batches:
-            keys = [
-                pseudonym(pkey, traj_message(dataset, u, d.isoformat(), t))
-                for u, d, t in zip(
-                    b.column("user_id").to_pylist(),
-                    b.column("date").to_pylist(),
-                    b.column("traj_id").to_pylist(),
-                    strict=True,
-                )
-            ]
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(keys, pa.string()),
-                    b.column("user_id"),
-                    b.column("ts"),
-                    b.column("loc_ids"),
-                ],
-                names=["traj_key", "user_id", "ts", "raw"],
-            )
-
+    sources = []
+    if table_exists(spark, STUDY_PERTURBED):
+        study = latest_runs(spark, STUDY_PERTURBED, dataset, ["mechanism", "epsilon"])
+        sources.append(study.select("mechanism", "epsilon", "user_id", "date", "traj_id",
+                                    F.col("loc_ids").alias("pert")))
+    released = published_with_raw(spark, dataset)
+    if released is not None:
+        sources.append(released.select(
+            F.concat(F.col("mechanism"), F.lit("-release")).alias("mechanism"), "epsilon",
+            "user_id", "date", "traj_id", "pert"))
+    if not sources:
+        return None
+    pert = sources[0]
+    for extra in sources[1:]:
+        pert = pert.unionByName(extra)
+    if not pert.limit(1).count():
+        return None
     tz = spark.conf.get("spark.sql.session.timeZone")
     wall_us = F.transform("ts", lambda t: F.unix_micros(F.from_utc_timestamp(t, tz)))
-    raw = read_table(spark, TRAJECTORIES).where(F.col("dataset") == dataset)
-    keyed = raw.select("user_id", "date", "traj_id", wall_us.alias("ts"), "loc_ids").mapInArrow(
-        key_batches, "traj_key string, user_id string, ts array<bigint>, raw array<int>"
-    )
-    return pub.select("mechanism", "epsilon", "traj_key", F.col("loc_ids").alias("pert")).join(
-        keyed, "traj_key"
-    )
+    raw = read_table(spark, TRAJECTORIES).where(F.col("dataset") == dataset).select(
+        "user_id", "date", F.col("traj_id").cast("long").alias("traj_id"),
+        wall_us.alias("ts"), F.col("loc_ids").alias("raw"))
+    key = F.concat_ws("/", "user_id", F.col("date").cast("string"),
+                      F.col("traj_id").cast("string"))
+    return pert.join(raw, ["user_id", "date", "traj_id"]).select(
+        "mechanism", "epsilon", key.alias("traj_key"), "user_id", "ts", "raw", "pert")
 
 
 #: Rows per piece of whole users that `pair_summaries` puts into slot days at once.

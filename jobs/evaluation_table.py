@@ -1,4 +1,4 @@
-"""Rows of `trajpriv_pub.evaluation`: one metric value of one method at one setting of a run.
+"""Rows of `trajpriv_trusted.evaluation`: one metric value of one method at one setting of a run.
 
 Shared by every stage that measures something (collect: NE/PRQ/ACD/Kendall tau of each LDP
 mechanism; evaluate: divergences of synthetic data; attacks: AUCs). Schema:
@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 
 from jobs.catalog import write_table
 
-EVALUATION_TABLE = "trajpriv_pub.evaluation"
+EVALUATION_TABLE = "trajpriv_trusted.evaluation"
 PARTITION_BY = ["dataset", "run_id", "method"]
 EVALUATION_SCHEMA = T.StructType(
     [

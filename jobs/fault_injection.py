@@ -13,6 +13,11 @@ Spark's Python workers), so nothing in a config or a table can switch them on.
 - `TRAJPRIV_TEST_RELEASE_REACHED=<path>`: the first release task to start creates the file and
   then stalls for `STALL_S` seconds, so a test can kill the driver while the perturbation stage
   is running (before anything is published).
+- `TRAJPRIV_TEST_CRASH_AT=<point>[:raise]`: the collect driver dies at the named write
+  boundary (`CRASH_POINTS`): SIGKILL of its own process (a real crash: nothing after it runs,
+  no `finally`), or with `:raise` an `InjectedCrash` (a BaseException no handler catches), for
+  in-process tests that then rerun in the same session. The durable state is the same either
+  way: the writes before the point committed, none after it began.
 """
 
 from __future__ import annotations
@@ -54,3 +59,35 @@ def on_release_group() -> None:
         _groups_seen[key] = _groups_seen.get(key, 0) + 1
         if _groups_seen[key] == KILL_AFTER_GROUPS and _create_once(kill):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+CRASH_AT = "TRAJPRIV_TEST_CRASH_AT"
+#: The collect stage's write boundaries, in the order a release passes them.
+CRASH_POINTS = (
+    "before_ledger",  # plan validated, nothing written
+    "after_ledger",  # planned + spent rows appended
+    "after_publish",  # perturbed rows written, `published` not yet marked
+    "after_published_mark",
+    "after_registry",  # trajpriv_pub.releases row written, `registered` not yet marked
+    "after_registered_mark",
+    "after_evaluation",  # trusted figures written, `evaluated` not yet marked
+)
+
+
+class InjectedCrash(BaseException):
+    """A test-only crash at a named point (BaseException: no `except Exception` swallows it)."""
+
+
+def crash_point(name: str) -> None:
+    """Die here when a test asked for it (TRAJPRIV_TEST_CRASH_AT); otherwise a no-op."""
+    if name not in CRASH_POINTS:
+        raise ValueError(f"unknown crash point {name!r}")
+    wanted = os.environ.get(CRASH_AT)
+    if not wanted:
+        return
+    point, _, how = wanted.partition(":")
+    if point != name:
+        return
+    if how == "raise":
+        raise InjectedCrash(name)
+    os.kill(os.getpid(), signal.SIGKILL)

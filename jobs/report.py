@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from pyspark.sql import functions as F
 
 from jobs.catalog import RUNS_TABLE, table_exists
 from jobs.config import Config
+from jobs.evaluation_table import EVALUATION_TABLE
 from jobs.keys import pseudonym, pseudonym_key
 from jobs.report_render import ReportInputs, render_report
 
@@ -55,10 +57,10 @@ def _latest_ok(runs: pd.DataFrame, stage: str) -> pd.Series | None:
 
 def _evaluation(spark: SparkSession, dataset: str, run_ids: list[str]) -> pd.DataFrame:
     cols = ["run_id", "dataset", "method", "setting", "metric", "value"]
-    if not run_ids or not table_exists(spark, "trajpriv_pub.evaluation"):
+    if not run_ids or not table_exists(spark, EVALUATION_TABLE):
         return pd.DataFrame(columns=cols)
     return (
-        spark.table("trajpriv_pub.evaluation")
+        spark.table(EVALUATION_TABLE)
         .where((F.col("dataset") == dataset) & F.col("run_id").isin(run_ids))
         .select(*cols)
         .toPandas()
@@ -74,7 +76,6 @@ def _training(train_run: pd.Series | None) -> tuple[pd.DataFrame, list[dict]]:
         (i + 1, name, float(v))
         for key, name in (
             ("reward_mean", "released reward (mean)"),
-            ("reward_raw_mean", "critic reward before noise"),
             ("epsilon_by_round", "epsilon spent"),
         )
         for i, v in enumerate(figures.get(key, []))
@@ -82,10 +83,16 @@ def _training(train_run: pd.Series | None) -> tuple[pd.DataFrame, list[dict]]:
     ]
     privacy = []
     if "epsilon" in figures:
+        model = figures.get("privacy_model", "central")
+        setting = f"{figures.get('rounds_done', '?')} rounds, {model} epsilon"
+        if model == "local":
+            setting += " (per user, against the server)"
+        for warning in figures.get("warnings") or []:
+            setting += f"; {warning}"
         privacy.append(
             {
                 "source": f"train {train_run['run_id']}",
-                "setting": f"{figures.get('rounds_done', '?')} rounds",
+                "setting": setting,
                 "epsilon": figures.get("epsilon"),
                 "delta": figures.get("delta"),
             }
@@ -93,60 +100,67 @@ def _training(train_run: pd.Series | None) -> tuple[pd.DataFrame, list[dict]]:
     return pd.DataFrame(curves, columns=["round", "metric", "value"]), privacy
 
 
-def _ledger(spark: SparkSession, collect_runs: list[str]) -> list[dict]:
-    """Collection spend per mechanism and epsilon: users, releases, largest per-user total."""
-    table = "trajpriv_raw.privacy_ledger"
-    if not collect_runs or not table_exists(spark, table):
-        return []
-    per_user = (
-        spark.table(table)
-        .where(F.col("run_id").isin(collect_runs))
-        .groupBy("mechanism", "epsilon", "user_id")
-        .agg(F.sum("epsilon").alias("spent"), F.count("*").alias("releases"))
-    )
-    rows = (
-        per_user.groupBy("mechanism", "epsilon")
-        .agg(
-            F.count("*").alias("users"),
-            F.sum("releases").alias("releases"),
-            F.max("spent").alias("max_user_epsilon"),
-        )
-        .orderBy("mechanism", "epsilon")
-        .collect()
-    )
-    return [
+def _ledger(spark: SparkSession, cfg: Config) -> list[dict]:
+    """A user's total, not a setting's: per budget window, the distribution over users of the
+    collection epsilon each spent (summed over every release of their trajectories dated in
+    that window) against the declared budget, and the training (epsilon, delta) per user."""
+    from jobs.ledger import budget_table, training_per_user
+
+    p = cfg.privacy
+    rows = budget_table(spark, cfg.dataset, p.budget, p.window_days, per_user=False).collect()
+    out = [
         {
-            "source": f"collect {r['mechanism']}",
-            "setting": f"{r['epsilon']:g} per trajectory",
-            "epsilon": float(r["max_user_epsilon"]),
-            "delta": 0.0,
+            "source": "collection (local epsilon, per user)",
+            "setting": f"window from {r['window_start']} ({p.window_days} days), budget "
+                       f"{p.budget:g}",
             "users": int(r["users"]),
-            "releases": int(r["releases"]),
+            "median": float(r["median_epsilon"]),
+            "p90": float(r["p90_epsilon"]),
+            "epsilon": float(r["max_epsilon"]),
+            "delta": 0.0,
+            "min remaining": float(r["min_remaining"]),
         }
         for r in rows
     ]
+    train = training_per_user(spark, cfg.dataset).agg(
+        F.count(F.lit(1)).alias("users"), F.max("train_epsilon").alias("eps"),
+        F.max("train_delta").alias("delta")).first()
+    if train and train["users"]:
+        out.append({"source": "training (per trained user, all runs)", "setting": "ledger",
+                    "users": int(train["users"]), "epsilon": float(train["eps"]),
+                    "delta": float(train["delta"])})
+    return out
 
 
 def _map_points(spark: SparkSession, cfg: Config) -> pd.DataFrame:
-    """Real and perturbed points of a few pseudonymous users, and a few synthetic days."""
+    """Real and perturbed (published release) points of a few users, and a few synthetic days.
+
+    Trusted zone: the raw points are joined to their perturbed ones through the ledger, and
+    the users are shown by a keyed hash, never by raw id (the report file is mode 0600).
+    """
+    from jobs.attacks import perturbed_views
+
     frames = []
     dataset = cfg.dataset
-    if table_exists(spark, "trajpriv_pub.perturbed_points"):
-        pert = spark.table("trajpriv_pub.perturbed_points").where(F.col("dataset") == dataset)
-        best = pert.agg(F.max("epsilon").alias("e")).first()["e"]
-        if best is not None:
-            pert = pert.where((F.col("epsilon") == best) & (F.col("mechanism") == "atp"))
-            who = [r[0] for r in pert.select("pseudonym").distinct().limit(MAP_USERS).collect()]
-            mine = pert.where(F.col("pseudonym").isin(who)).limit(MAP_POINTS_PER_KIND).toPandas()
-            frames.append(
-                mine.assign(kind="perturbed", who=mine["pseudonym"])[["kind", "who", "lat", "lon"]]
-            )
-            key = pseudonym_key(cfg.storage.secrets)
+    key = pseudonym_key(cfg.storage.secrets)
+    if table_exists(spark, "trajpriv_pub.perturbed_trajectories"):
+        released = spark.table("trajpriv_pub.perturbed_trajectories").where(
+            F.col("dataset") == dataset)
+        first = released.select("release_id").orderBy("release_id").limit(1).collect()
+        from jobs.collect import published_with_raw
+
+        pairs = published_with_raw(spark, dataset)
+        if first and pairs is not None:
+            who = [r[0] for r in pairs.select("user_id").distinct().orderBy("user_id")
+                   .limit(MAP_USERS).collect()]
+            views = perturbed_views(spark, cfg, who)
+            if views is not None:
+                mine = views.where(F.col("mechanism").endswith("-release")).limit(
+                    MAP_POINTS_PER_KIND).toPandas()
+                mine["who"] = mine["who"].map(lambda u: pseudonym(key, u))
+                frames.append(mine.assign(kind="perturbed")[["kind", "who", "lat", "lon"]])
             raw = spark.table("trajpriv_raw.points").where(F.col("dataset") == dataset)
-            users = [r[0] for r in raw.select("user_id").distinct().collect()]
-            by_pseudonym = {pseudonym(key, u): u for u in users}
-            raw_ids = [by_pseudonym[p] for p in who if p in by_pseudonym]
-            real = raw.where(F.col("user_id").isin(raw_ids)).limit(MAP_POINTS_PER_KIND).toPandas()
+            real = raw.where(F.col("user_id").isin(who)).limit(MAP_POINTS_PER_KIND).toPandas()
             real["who"] = real["user_id"].map(lambda u: pseudonym(key, u))
             frames.append(real.assign(kind="real")[["kind", "who", "lat", "lon"]])
     if table_exists(spark, "trajpriv_pub.synthetic_points"):
@@ -163,12 +177,14 @@ def _map_points(spark: SparkSession, cfg: Config) -> pd.DataFrame:
 
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     runs = _runs(spark, cfg.dataset)
-    latest = {stage: _latest_ok(runs, stage) for stage in ("collect", "evaluate", "train")}
-    run_ids = [r["run_id"] for r in (latest["collect"], latest["evaluate"]) if r is not None]
+    latest = {stage: _latest_ok(runs, stage) for stage in ("study", "evaluate", "train")}
+    run_ids = [r["run_id"] for r in (latest["study"], latest["evaluate"]) if r is not None]
+    from jobs.ledger import collect_releases
+
+    run_ids += [r.release_id for r in collect_releases(spark, cfg.dataset)]
     evaluation = _evaluation(spark, cfg.dataset, run_ids)
     training, train_privacy = _training(latest["train"])
-    collect_runs = runs.loc[(runs["stage"] == "collect") & (runs["status"] == "ok"), "run_id"]
-    privacy = pd.DataFrame(_ledger(spark, list(collect_runs)) + train_privacy)
+    privacy = pd.DataFrame(_ledger(spark, cfg) + train_privacy)
     stage_runs = runs.head(20).assign(
         wall_s=runs.head(20)["figures"].map(lambda t: json.loads(t or "{}").get("wall_s"))
     )[["run_id", "stage", "status", "finished_at", "wall_s"]]
@@ -184,6 +200,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         cfg.storage.root.resolve() / "reports" / cfg.dataset / ctx.run_id
     )
     html_path, json_path = render_report(inputs, Path(out_dir))
+    for path in (html_path, json_path):  # raw points of a few users: trusted zone
+        os.chmod(path, 0o600)
     print(f"trajpriv report: written {html_path}")
     return {
         "report": str(html_path),

@@ -1,8 +1,16 @@
-"""The SparkSession and the two databases every stage reads and writes.
+"""The SparkSession and the three databases (zones) every stage reads and writes.
 
 One place builds the session so that every stage, test and `trajpriv sql` sees the same catalog:
 a Hive metastore (embedded Derby, one Spark process at a time) and a Parquet warehouse, both under
-`storage.root`. The raw database's folder is created with mode 0700: it holds personal data.
+`storage.root`. Zones: `trajpriv_raw` (personal data, the ledger), `trajpriv_trusted` (figures
+and study output computed from raw data, not released) and `trajpriv_pub` (what analysts
+query). Every file a trajpriv process creates is private to its owner (umask 077 in Python and
+`fs.permissions.umask-mode` 077 in Spark's file system): the data root holds raw data, keys and
+reports with raw points; analysts reach the published zone through `trajpriv sql`.
+
+One process per root: `acquire_root` takes an exclusive, non-blocking lock on
+`<root>/.trajpriv.lock` before any JVM starts, so of two stages started in the same second
+exactly one runs and the other exits 2 saying which process holds the root.
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ from jobs.metastore_lock import check_metastore_free
 log = logging.getLogger(__name__)
 
 RAW_DB = "trajpriv_raw"
+TRUSTED_DB = "trajpriv_trusted"
 PUB_DB = "trajpriv_pub"
+PRIVATE_UMASK = 0o077
+ROOT_LOCK = ".trajpriv.lock"
+_held_locks: dict[Path, int] = {}
 
 # Settings every trajpriv session needs; config `spark.conf` may override any of them.
 _BASE_CONF = {
@@ -31,6 +43,8 @@ _BASE_CONF = {
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
+    # Files Spark writes (tables, staging, the metastore) are private: 0600 files, 0700 folders.
+    "spark.hadoop.fs.permissions.umask-mode": "077",
     "spark.driver.memory": "6g",
     "spark.sql.adaptive.enabled": "true",
     # List a table's partition folders on the driver up to this many (a parallel listing is a
@@ -64,8 +78,10 @@ def get_spark(cfg: Config) -> SparkSession:
 
     PYSPARK_PYTHON is set to this interpreter so Python workers find pandas and the project.
     """
+    os.umask(PRIVATE_UMASK)
     root = cfg.storage.root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    acquire_root(root)
     check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # Derby: 1 JVM
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -79,19 +95,86 @@ def get_spark(cfg: Config) -> SparkSession:
     return spark
 
 
+def acquire_root(root: Path) -> None:
+    """Hold `<root>/.trajpriv.lock` (flock, exclusive, non-blocking) for this process's life.
+
+    Why a lock of our own before Derby's: two processes started in the same second both found
+    Derby's lock free and the loser died inside Hive. flock is atomic, released by the kernel
+    when the process ends (a killed stage never leaves it held), and not inherited by the JVM.
+    """
+    import fcntl
+
+    if root in _held_locks:
+        return
+    path = root / ROOT_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        from jobs.metastore_lock import MetastoreBusyError
+
+        raise MetastoreBusyError(
+            f"data root {root} is in use by another trajpriv process ({holder}); one process "
+            "at a time may open a root (the embedded metastore admits one): wait until it ends "
+            "and rerun, or give this job its own storage.root. This process wrote nothing."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
+    _held_locks[root] = fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 300, 0).decode(errors="replace").strip() or "pid unknown"
+    except OSError:
+        return "pid unknown"
+
+
+def release_root(root: Path) -> None:
+    fd = _held_locks.pop(root.resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def ensure_databases(spark: SparkSession, cfg: Config) -> None:
-    """Create `trajpriv_raw` (folder mode 0700) and `trajpriv_pub` when missing."""
+    """Create the three zones' databases when missing (raw and trusted folders mode 0700)."""
     warehouse = cfg.storage.warehouse
-    warehouse.mkdir(parents=True, exist_ok=True)
-    for db in (RAW_DB, PUB_DB):
+    warehouse.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for db in (RAW_DB, TRUSTED_DB, PUB_DB):
         location = warehouse / f"{db}.db"
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{location}'")
-    raw_dir = warehouse / f"{RAW_DB}.db"
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(raw_dir, 0o700)
+    for db in (RAW_DB, TRUSTED_DB):
+        folder = warehouse / f"{db}.db"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
     secrets = cfg.storage.secrets
     secrets.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets, 0o700)
+    remove_stale_staging(cfg)
+
+
+def remove_stale_staging(cfg: Config) -> list[str]:
+    """Remove staging folders a killed stage left (raw copies nothing else cleans).
+
+    Only folders of runs that are not live: this process holds the root's lock, so no other
+    trajpriv process is writing staging under it now.
+    """
+    import shutil
+
+    staging = cfg.storage.root.resolve() / "staging"
+    removed = []
+    if staging.is_dir():
+        for child in staging.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+            removed.append(child.name)
+    if removed:
+        log.warning("removed staging left by interrupted runs: %s", ", ".join(sorted(removed)))
+    return removed
 
 
 def stop_spark(spark: SparkSession | None) -> None:

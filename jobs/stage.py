@@ -49,7 +49,7 @@ def new_run_id(stage: str) -> str:
 
 def add_overrides(
     parser: argparse.ArgumentParser,
-    help: str = "override a config value (repeatable), e.g. --set collect.epsilons=[1,4]",
+    help: str = "override a config value (repeatable), e.g. --set study.epsilons=[1,4]",
 ) -> None:
     """`--set KEY.PATH=VALUE` (repeatable) into args.overrides: every entry point's override."""
     parser.add_argument(
@@ -107,6 +107,7 @@ def execute(
         args=args,
     )
     t0 = time.perf_counter()
+    public_keys = getattr(sys.modules.get(getattr(fn, "__module__", "")), "PUBLIC_FIGURES", None)
     log.info("stage %s started (run %s, dataset %s)", stage, ctx.run_id, cfg.dataset)
     status = "failed"
     try:
@@ -119,6 +120,15 @@ def execute(
         raise
     finally:
         ctx.figures["wall_s"] = round(time.perf_counter() - t0, 3)
+        published = ctx.figures
+        if public_keys is not None:
+            # The stage lists which figures are public by design; the rest are trusted-zone
+            # (raw-derived counts, diagnostics) and stay in the run folder.
+            published = {k: v for k, v in ctx.figures.items() if k in public_keys or k == "error"}
+            try:
+                write_trusted_figures(cfg, ctx.run_id, ctx.figures)
+            except OSError as exc:
+                log.warning("could not write the run folder of %s: %s", ctx.run_id, exc)
         try:
             record_run(
                 spark,
@@ -128,11 +138,25 @@ def execute(
                 started_at=ctx.started_at,
                 finished_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
                 status=status,
-                figures=ctx.figures,
+                figures=published,
             )
         except Exception as rec_exc:  # recording must not hide the stage's own outcome
             log.warning("could not record run %s: %s", ctx.run_id, describe_failure(rec_exc))
         log.info("stage %s %s in %.1f s", stage, status, ctx.figures["wall_s"])
+
+
+def write_trusted_figures(cfg: Config, run_id: str, figures: dict[str, Any]) -> str:
+    """All figures of a run as `<root>/runs/<run_id>/figures.json` (trusted zone: 0700/0600)."""
+    import json
+    import os
+
+    folder = cfg.storage.runs_dir / run_id
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    path = folder / "figures.json"
+    path.write_text(json.dumps(figures, indent=2, default=str, sort_keys=True), encoding="utf-8")
+    os.chmod(path, 0o600)
+    return str(path)
 
 
 def main(

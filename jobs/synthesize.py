@@ -6,9 +6,10 @@ share of `synthesize.n_days` days with a torch.Generator seeded from HMAC(run ke
 p) (`mapInPandas`; no user data is read: the policy and the DP start distribution are already
 private, so this is post-processing and spends nothing).
 Writes `trajpriv_pub.synthetic_trajectories` (run_id = the train run, dataset, model, epsilon,
-delta, traj_no, slots array<int> of location ids), replacing that run's rows, so a rerun with
-the same settings rewrites identical rows; and the view `trajpriv_pub.synthetic_points` (one row
-per slot with the location's lat/lon).
+delta, privacy_model (`central`: user-level epsilon with a trusted aggregator; `local`: per-user
+local epsilon of ldp / ldp++), traj_no, slots array<int> of location ids), replacing that
+run's rows, so a rerun with the same settings rewrites identical rows; and the view
+`trajpriv_pub.synthetic_points` (one row per slot with the location's lat/lon).
 Row shapes: range(partitions) -> per partition n_p rows (traj_no, slots) -> table.
 """
 
@@ -42,7 +43,7 @@ TABLE = "trajpriv_pub.synthetic_trajectories"
 VIEW = "trajpriv_pub.synthetic_points"
 LOCATIONS = "trajpriv_pub.locations"
 SCHEMA = ("run_id string, dataset string, model string, epsilon double, delta double, "
-          "traj_no long, slots array<int>")
+          "privacy_model string, traj_no long, slots array<int>")
 
 
 def find_train_run(spark, cfg: Config, train_run: str | None) -> tuple[str, dict]:
@@ -130,14 +131,16 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     out = days.select(F.lit(train_run).alias("run_id"), F.lit(cfg.dataset).alias("dataset"),
                       F.lit(art_meta["scheme"]).alias("model"),
                       F.lit(float(figs["epsilon"])).alias("epsilon"),
-                      F.lit(float(figs["delta"])).alias("delta"), "traj_no", "slots")
+                      F.lit(float(figs["delta"])).alias("delta"),
+                      F.lit(privacy_model(figs)).alias("privacy_model"), "traj_no", "slots")
     write_table(out, TABLE, partition_by=["dataset", "run_id"],
                 replace={"dataset": cfg.dataset, "run_id": train_run})
     bc.unpersist()
     if table_exists(spark, LOCATIONS):
         spark.sql(f"""
             CREATE OR REPLACE VIEW {VIEW} AS
-            SELECT x.run_id, x.dataset, x.model, x.epsilon, x.delta, x.traj_no, x.slot,
+            SELECT x.run_id, x.dataset, x.model, x.epsilon, x.delta, x.privacy_model,
+                   x.traj_no, x.slot,
                    x.loc_id, l.lat, l.lon
             FROM (SELECT t.*, p.slot, p.loc_id
                   FROM {TABLE} t LATERAL VIEW posexplode(t.slots) p AS slot, loc_id) x
@@ -147,8 +150,16 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     if written != n:
         raise InputDataError(f"wrote {written} synthetic days for {train_run}, expected {n}")
     return {"train_run": train_run, "model": art_meta["scheme"], "days": written,
-            "epsilon": figs["epsilon"], "delta": figs["delta"], "partitions": parts,
+            "epsilon": figs["epsilon"], "delta": figs["delta"],
+            "privacy_model": privacy_model(figs), "partitions": parts,
             "synth_s": round(time.perf_counter() - t0, 3)}
+
+
+def privacy_model(figs: dict) -> str:
+    """`local` or `central` as the train run published it (runs before the label: by method)."""
+    if "privacy_model" in figs:
+        return str(figs["privacy_model"])
+    return "local" if figs.get("method") in ("ldp", "ldp++") else "central"
 
 
 def _peek(blob: bytes) -> dict:

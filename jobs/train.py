@@ -31,7 +31,12 @@ Artefacts: `<storage.root>/runs/<run_id>/` policy.pt, accountant.json, history.j
 train_config.json (no seed), critics/rank<r>.pt (each rank's users' critics keyed by user, merged
 by `models.critic_store.load_user_critics` for the attacks), checkpoint/ (sharded, resumable with
 `--resume RUN_ID`).
-Figures (into trajpriv_pub.runs): epsilon, delta, rounds, rewards, timings.
+Figures (into trajpriv_pub.runs): only what `PUBLIC_FIGURES` lists, each a DP release, a
+post-processing of one, a config value or a timing: epsilon (labelled `privacy_model` local or
+central), rounds, released rewards, timings. Figures computed from private data without noise
+(the split's day and user counts, users per rank, exact critic rewards and losses, the pilot's
+correlation) and the set of trained user ids stay in the run folder (mode 0700):
+`trusted.json`.
 The training seed: `train.options.seed` if given, else derived by HMAC from the raw zone's run key
 and the config seed (so published figures never let anyone recompute the noise).
 """
@@ -44,6 +49,7 @@ import gc
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
 import shutil
@@ -80,6 +86,7 @@ def model_config(cfg: Config, seed: int | None = None) -> TrainConfig:
     tc = cfg.train
     fields = {"rounds": tc.rounds, "scheme": SCHEMES[tc.method], "noise": tc.noise,
               "target_epsilon": tc.target_epsilon, "delta": tc.delta,
+              "critic_kind": tc.critic, "pilot": tc.pilot,
               **{k: v for k, v in tc.options.items() if k != "seed"}}
     fields["seed"] = 0 if seed is None else seed
     try:
@@ -258,8 +265,12 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
                       meta={"run_id": ctx.run_id, "dataset": cfg.dataset,
                             "loc_ids": loc_ids.tolist(), "coords": coords.tolist(),
                             "resumed_from": resume_from})
-        log.info("train %s: %d users on %d rank(s) %s, %d rounds", cfg.dataset, meta["n_users"],
-                 world, meta["users_per_rank"], mc.rounds)
+        log.info("train %s: %d users on %d rank(s), %d rounds of %s (%s privacy)", cfg.dataset,
+                 meta["n_users"], world, mc.rounds, mc.scheme, mc.privacy_model)
+        # Charge the ledger before any release: the target epsilon is an upper bound of what
+        # the run can spend (it stops before exceeding it), so a crash never under-counts.
+        charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc,
+                        state="planned", epsilon=cfg.train.target_epsilon)
         t1 = time.perf_counter()
         try:
             result = launch(spark, cfg, job, world)
@@ -272,31 +283,109 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         summary = check_summary(result, world)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return figures_of(summary, split, meta, t_stage, t_launch, out_dir)
+    write_trusted(out_dir, summary, split, meta)
+    figures = figures_of(summary, mc, meta, t_stage, t_launch, out_dir)
+    charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc, state="spent",
+                    epsilon=float(figures["epsilon"]))
+    return figures
 
 
-def figures_of(summary: dict, split: dict, meta: dict, t_stage: float, t_launch: float,
+def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, user_ids,
+                    mc, *, state: str, epsilon: float) -> None:
+    """One ledger row per trained user (jobs.ledger): `planned` at the target before the
+    ranks start, `spent` at the accounted epsilon after; a user's training total takes the
+    `spent` row of a run when there is one, else its `planned` upper bound. A resumed run
+    continues the killed run's accountant, so both share one release id (the first run's)."""
+    from jobs.ledger import record_training
+
+    users = spark.createDataFrame([(str(u),) for u in user_ids], "user_id string")
+    record_training(spark, dataset=cfg.dataset, run_id=run_id, release_id=resume_from or run_id,
+                    users=users, epsilon=epsilon, delta=cfg.train.delta,
+                    model=f"{mc.scheme}:{mc.privacy_model}", state=state)
+
+
+# Every figure a train run publishes (trajpriv_pub.runs, the console line) and why it may be:
+# "dp" a DP release or its post-processing, "config" a setting, "public" fixed by the
+# neighbouring relation (the number of training users N: replace-one keeps it, and every
+# release's sensitivity 1/N is computed from it), "time" a timing. Anything else goes to
+# trusted.json. tests/jobs/test_train_privacy_spark.py scans the published row against this.
+PUBLIC_FIGURES = {
+    "epsilon": "dp", "delta": "config", "basic_epsilon": "dp", "accountant": "config",
+    "target_epsilon": "config", "privacy_model": "config", "epsilon_covers": "config",
+    "local_epsilon_per_round": "dp", "method": "config", "critic": "config", "noise": "config",
+    "pilot": "config", "beta": "config", "rounds_done": "dp", "stopped_reason": "dp",
+    "resumed_at_round": "config", "num_processes": "config", "blocks": "config",
+    "users": "public", "reward_mean": "dp", "epsilon_by_round": "dp", "warnings": "config",
+    "stage_s": "time", "train_launch_s": "time", "seconds_per_round": "time",
+    "launch_overhead_s": "time", "artefacts": "config",
+}
+
+COVERS = {
+    "central": "user-level: the policy, the start distribution, the synthetic days and every "
+               "published figure, against replacing one user's whole data; the server (the "
+               "ranks) is trusted",
+    "local": "local, per user: what each user's reports reveal to the server about that user's "
+             "data (rewards and start report perturbed on the user's side before any sum); "
+             "epsilon is per user, composed over the rounds",
+}
+
+
+def quality_warnings(mc: TrainConfig) -> list[str]:
+    """Plain-language warnings that follow from the settings alone (public)."""
+    out = []
+    sd = math.sqrt(2) * mc.noise
+    if mc.privacy_model == "central" and sd >= 0.5:
+        out.append(f"released rewards are mostly noise: Laplace noise sd {sd:.3g} per generated "
+                   "pair on critic rewards in [0, 1]; expect a policy near its initial one")
+    return out
+
+
+def figures_of(summary: dict, mc: TrainConfig, meta: dict, t_stage: float, t_launch: float,
                out_dir: Path) -> dict[str, Any]:
     hist = summary["history"]
     acct = summary["accountant"]
     busy = max(r["setup_s"] + r["rounds_s"] for r in summary["ranks"])
     ran = max(1, max(r["rounds_run"] for r in summary["ranks"]))
-    return {
+    local = mc.privacy_model == "local"
+    figures = {
         "epsilon": acct["epsilon"], "delta": acct["delta"],
         "basic_epsilon": acct["basic_epsilon"], "accountant": acct["method"],
         "target_epsilon": acct["target_epsilon"],
+        "privacy_model": mc.privacy_model, "epsilon_covers": COVERS[mc.privacy_model],
+        "local_epsilon_per_round": ([h["epsilon_batch"] for h in hist] if local else None),
+        "method": mc.scheme, "critic": mc.critic_kind, "noise": mc.noise, "pilot": mc.pilot,
+        "beta": mc.beta,
         "rounds_done": summary["rounds_done"], "stopped_reason": summary["stopped_reason"],
         "resumed_at_round": summary["resumed_at"],
         "num_processes": summary["world"], "blocks": summary["blocks"],
-        "users": meta["n_users"], "users_per_rank": meta["users_per_rank"], "split": split,
+        "users": meta["n_users"],
         "reward_mean": [h["reward_mean"] for h in hist],
-        "reward_raw_mean": [h["reward_raw_mean"] for h in hist],
         "epsilon_by_round": [h["epsilon"] for h in hist],
+        "warnings": quality_warnings(mc),
         "stage_s": round(t_stage, 3), "train_launch_s": round(t_launch, 3),
         "seconds_per_round": round(max(r["rounds_s"] for r in summary["ranks"]) / ran, 3),
         "launch_overhead_s": round(t_launch - busy, 3),
         "artefacts": str(out_dir),
     }
+    unlisted = set(figures) - set(PUBLIC_FIGURES)
+    if unlisted:  # a new figure must be classified before it can be published
+        raise AssertionError(f"train figures {sorted(unlisted)} are not in PUBLIC_FIGURES")
+    return figures
+
+
+def write_trusted(out_dir: Path, summary: dict, split: dict, meta: dict) -> Path:
+    """`trusted.json` in the run folder (mode 0700): the figures that are not DP releases and
+    the ids of the users whose data trained the run (for the privacy ledger)."""
+    from models.distributed import write_json
+
+    path = out_dir / "trusted.json"
+    write_json(path, {
+        "split": split, "users_per_rank": meta["users_per_rank"],
+        "trained_user_ids": meta["user_ids"],
+        "rounds": [{"round": h["round"], **h.get("trusted", {})} for h in summary["history"]],
+    })
+    os.chmod(path, 0o600)
+    return path
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

@@ -82,7 +82,8 @@ def load_locations(spark, dataset: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stage_shards(spark, cfg, folder: Path, world: int) -> dict:
-    """Write the training days partitioned by rank to `folder` (mode 0700); returns meta."""
+    """Write the training days partitioned by rank to `folder` (mode 0700); returns meta:
+    n_users, users_per_rank and user_ids (the last two trusted-zone only)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -95,16 +96,20 @@ def stage_shards(spark, cfg, folder: Path, world: int) -> dict:
              .withColumn("shard", F.pmod(F.xxhash64("user_id"), F.lit(world)).cast("int")))
     staged = train.join(users, "user_id").select("shard", "uidx", "user_id", "date", "slots")
     staged.write.mode("overwrite").partitionBy("shard").parquet(str(folder / "days"))
-    per_shard = {r["shard"]: r["n"] for r in
-                 users.groupBy("shard").agg(F.count("*").alias("n")).collect()}
-    n_users = int(sum(per_shard.values()))
+    assigned = users.select("user_id", "shard").collect()  # one row per training user
+    per_shard: dict[int, int] = {}
+    for r in assigned:
+        per_shard[r["shard"]] = per_shard.get(r["shard"], 0) + 1
+    n_users = len(assigned)
     empty = [r for r in range(world) if not per_shard.get(r)]
     if empty:
         raise InputDataError(f"{n_users} training user(s) leave rank(s) {empty} of {world} "
                              "without users; lower train.num_processes")
     meta = {"n_users": n_users, "users_per_rank": [per_shard[r] for r in range(world)]}
     (folder / "meta.json").write_text(json.dumps(meta))
-    return meta
+    # the trained users' ids: for the run folder's trusted.json (the privacy ledger), never
+    # published
+    return {**meta, "user_ids": sorted(str(r["user_id"]) for r in assigned)}
 
 
 def load_shard(folder: str, loc_ids: np.ndarray, coords: np.ndarray, rank: int, world: int

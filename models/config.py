@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, fields
 from udfs.errors import ConfigError
 
 SCHEMES = ("pategail", "pategail++", "ldp", "ldp++")
+LOCAL_SCHEMES = ("ldp", "ldp++")
+# the critic each paper trains: PateGAIL (NeurIPS 2023) a cross-entropy discriminator per user,
+# PateGAIL++ a WGAN-GP critic per user; the LDP variants follow their central counterparts
+PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": "wgan"}
+PILOTS = ("history", "laplace")
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,11 @@ class TrainConfig:
     rounds: int = 100
     scheme: str = "pategail++"  # pategail | pategail++ | ldp | ldp++ (LDP without/with weights)
     noise: float = 0.1  # lambda: Laplace scale of the matched uniform scheme
+    # sensitivity-aware pilot: "history" = the previous rounds' released rewards of pairs with the
+    # same public key (slot, action, at home), free post-processing; "laplace" = a fresh noisy
+    # release costing pilot_fraction of the batch budget (the paper's)
+    pilot: str = "history"
+    pilot_decay: float = 0.5  # weight of the older rounds in the history pilot
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0  # dynamics compensation weight; 0 disables (no variance release)
@@ -29,7 +39,7 @@ class TrainConfig:
     explore_exponent: float = 0.6
     episodes_per_round: int = 64
     # critics
-    critic_kind: str = "wgan"  # wgan | bce
+    critic_kind: str | None = None  # bce | wgan; None: the scheme's paper (PAPER_CRITIC)
     lambda_gp: float = 10.0
     spectral_norm: bool = False
     critic_hidden: int = 32
@@ -55,6 +65,8 @@ class TrainConfig:
     target_epsilon: float | None = None
     accountant: str = "rdp"  # rdp | pld
     start_hist_epsilon: float = 1.0
+    start_tau: float = 2.0  # soft threshold of the DP start hierarchy, in noise scales
+    ldp_start_depth: int = 4  # ldp / ldp++: k-d depth of the cells users report starts in
     # bookkeeping
     checkpoint_every: int = 1
 
@@ -64,6 +76,14 @@ class TrainConfig:
 
         if self.scheme not in SCHEMES:
             raise bad("scheme", f"must be one of {SCHEMES}")
+        if self.critic_kind is None:
+            object.__setattr__(self, "critic_kind", PAPER_CRITIC[self.scheme])
+        if self.pilot not in PILOTS:
+            raise bad("pilot", f"must be one of {PILOTS}")
+        if not 0 <= self.pilot_decay < 1:
+            raise bad("pilot_decay", "must lie in [0, 1)")
+        if self.start_tau < 0 or self.ldp_start_depth < 0:
+            raise bad("start_tau" if self.start_tau < 0 else "ldp_start_depth", "must be >= 0")
         if self.critic_kind not in ("wgan", "bce"):
             raise bad("critic_kind", "must be 'wgan' or 'bce'")
         if self.accountant not in ("rdp", "pld"):
@@ -84,6 +104,11 @@ class TrainConfig:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
         if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:
             raise bad("target_epsilon", "must be finite and > 0, or None")
+
+    @property
+    def privacy_model(self) -> str:
+        """'local' (every user randomises its own reports) or 'central' (a trusted aggregator)."""
+        return "local" if self.scheme in LOCAL_SCHEMES else "central"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -65,7 +65,7 @@ from models.config import TrainConfig
 from models.critic_store import save_critic_shard
 from models.data import TrainData
 from models.train import _Run, train_loop
-from udfs.errors import BudgetExceededError, ConfigError
+from udfs.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -298,10 +298,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
         log.info("rank %d resumed at round %d, epsilon %.4g", comm.rank, run.round,
                  run.accountant.epsilon())
     else:
-        try:
-            run.setup_start_histogram()
-        except BudgetExceededError as exc:
-            raise BudgetExceededError(f"start histogram alone exceeds the budget: {exc}") from exc
+        run.setup_start_histogram()
     last = cfg.rounds if job.stop_after is None else min(cfg.rounds, job.stop_after)
     save = ((lambda: save_sharded(run, job.checkpoint_dir, comm)) if job.checkpoint_dir
             else None)

@@ -1,44 +1,17 @@
-"""Start-location histogram (DP) and sampling of synthetic days from a trained policy.
+"""Sampling of synthetic days from a trained policy.
 
-DP start histogram. Guarantee: user-level (replace one user's whole data). Each user contributes
-its normalised histogram of slot-0 locations (mass 1 in total, however many days it has), so
-replacing a user moves the summed histogram by at most 2 in L1: Laplace(2/eps) per cell is
-eps-DP (one LaplaceDpEvent with noise multiplier 1/eps on sensitivity 2). Post-processing: cells
-below `threshold_sd` noise scales are zeroed (suppresses the noise floor over thousands of empty
-cells), the rest normalised; if nothing survives, the largest noisy cell is kept.
-Citations: Dwork & Roth 2014 (histograms); Korolova et al. 2009 (thresholding as post-processing).
-Runtime: O(L + days). Utility: cells with user-mass well above 2 ln(L) / eps survive.
+Start locations come from the DP start distribution of the train run (`models.starts`), drawn
+once during training; sampling days from the policy is post-processing and spends nothing.
 """
 
 from __future__ import annotations
 
-import dp_accounting
 import numpy as np
 import torch
 
-from models.aggregation.base import laplace
 from models.env import MobilityEnv
 from models.policy import PolicyNet, ValueNet
 from models.ppo import rollout
-
-
-def dp_start_histogram(days_per_user: list[np.ndarray], n_locations: int, epsilon: float,
-                       gen: torch.Generator, spend, threshold_sd: float | None = None
-                       ) -> torch.Tensor:
-    """(L,) probabilities of a synthetic day's start location."""
-    spend(dp_accounting.LaplaceDpEvent(1.0 / epsilon))
-    hist = torch.zeros(n_locations, dtype=torch.float64)
-    for days in days_per_user:  # setup-time loop over users, O(days)
-        starts = torch.as_tensor(np.asarray(days)[:, 0], dtype=torch.long)
-        hist += torch.bincount(starts, minlength=n_locations).double() / len(starts)
-    scale = 2.0 / epsilon
-    noisy = hist + scale * laplace((n_locations,), gen)
-    thr = scale * (np.log(n_locations) if threshold_sd is None else threshold_sd)
-    kept = torch.where(noisy > thr, noisy, torch.zeros_like(noisy))
-    if kept.sum() <= 0:
-        kept = torch.zeros_like(noisy)
-        kept[int(noisy.argmax())] = 1.0
-    return kept / kept.sum()
 
 
 @torch.no_grad()

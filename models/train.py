@@ -10,13 +10,23 @@ One round (`_Run.one_round`; `comm` is `LocalComm` here and a torch.distributed 
   3. every participating critic takes `critic_steps` batched steps; minibatch indices are drawn
      for all users at once and each rank takes its users' rows                 [rank-local]
   4. local_moments(critics, features, users) -> Moments(sum, sumsq, count)     [all-reduce]
-  5. rank 0: scheme.release(moments, gen=noise_gen, spend=accountant.spend); the released
-     rewards, the accountant and the noise stream's state are broadcast           [broadcast]
-     (LDP schemes: every rank perturbs its users' rewards with rows of one shared noise table)
+  5. rank 0: scheme.release(moments, gen=noise_gen, spend=accountant.spend, prior=pilot); the
+     released rewards, the accountant and the noise stream's state are broadcast  [broadcast]
+     (LDP schemes: every rank perturbs each of its users' rewards with that user's row of one
+     shared noise table BEFORE summing; no unperturbed sum is formed, so step 4 is skipped)
   6. PPO on each rank's own episodes; per-block minibatch permutations; losses are sums scaled
      by W / (global minibatch size) so that DDP's gradient average is the one-process mean [DDP]
-Budget is checked inside step 5 before each noise draw; a refused release ends training with
-`stopped_reason` set and the policy of the last completed round.
+Budget is planned before the start distribution is drawn (`models.budget.check_one_round`: a
+target that cannot pay one round fails, naming the costs) and checked inside step 5 before each
+noise draw; a refused release ends training with `stopped_reason` set and the policy of the last
+completed round (a run that ends with 0 rounds fails).
+
+What a round record holds. Its top-level keys are public: DP releases (reward_mean: mean of the
+released rewards; epsilon_batch) and their post-processing (PPO losses, entropy, clip fraction,
+action frequencies of the generated days), counts fixed by the config (participants) and
+timings; `ROUND_PUBLIC` lists them. Under `"trusted"` it keeps figures computed from private data
+without noise (critic loss, the exact mean reward, the pilot's correlation with it): they stay in
+the run folder (history.json, mode 0700) and are never logged at INFO or published.
 W ranks equal one process up to the order of floating-point sums (all-reduce, DDP); see
 tests/models/test_distributed.py for the tolerance.
 
@@ -40,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import dp_accounting
 import numpy as np
 import torch
 from torch import nn
@@ -48,6 +57,8 @@ from torch import nn
 from models.accounting import PrivacyAccountant
 from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
 from models.aggregation.base import laplace
+from models.aggregation.pilot import HistoryPilot, pair_keys
+from models.budget import check_one_round
 from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
 from models.config import TrainConfig
 from models.critic_store import UserCritics, critic_shard
@@ -64,20 +75,36 @@ from models.env import MobilityEnv
 from models.features import FEATURE_DIM, expert_features_per_user
 from models.policy import PolicyNet, ValueNet
 from models.ppo import PPOSettings, Rollout, gae, obs_of, rollout
+from models.starts import HierarchicalStarts, LocalStarts, kd_levels, start_mass
 from udfs.errors import BudgetExceededError, ConfigError
 
 log = logging.getLogger(__name__)
 
 GENERATORS = ("init", "rollout", "critic", "noise", "ppo")
 
+# the public figures of a round record (everything else sits under "trusted")
+ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_loss", "entropy",
+                "clip_frac", "epsilon_batch", "epsilon", "action_freq", "seconds")
+
 
 def make_scheme(cfg: TrainConfig):
     if cfg.scheme == "pategail":
         return UniformLaplace(cfg.noise, cfg.beta)
     if cfg.scheme == "pategail++":
-        return SensitivityAware(cfg.noise, cfg.pilot_fraction, cfg.delta_prime, cfg.beta)
+        return SensitivityAware(cfg.noise, cfg.pilot_fraction, cfg.delta_prime, cfg.beta,
+                                cfg.pilot)
     return LdpReward(cfg.noise, cfg.scheme == "ldp++", cfg.pilot_fraction, cfg.delta_prime,
-                     cfg.beta)
+                     cfg.beta, cfg.pilot)
+
+
+def uses_history_pilot(cfg: TrainConfig) -> bool:
+    return cfg.scheme in ("pategail++", "ldp++") and cfg.pilot == "history"
+
+
+def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
+    den = float(a.norm() * b.norm())
+    return float((a * b).sum()) / den if den > 0 else None
 
 
 def make_generators(seed: int) -> tuple[dict[str, torch.Generator], np.random.Generator]:
@@ -200,29 +227,6 @@ def critic_step_rows(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tens
                          kind, lambda_gp)
 
 
-def start_mass(days_per_user: list[np.ndarray], n_locations: int) -> torch.Tensor:
-    """(L,) sum over users of each user's normalised slot-0 histogram (what ranks all-reduce)."""
-    hist = torch.zeros(n_locations, dtype=torch.float64)
-    for days in days_per_user:  # setup-time loop over users, O(days)
-        starts = torch.as_tensor(np.asarray(days)[:, 0], dtype=torch.long)
-        hist += torch.bincount(starts, minlength=n_locations).double() / len(starts)
-    return hist
-
-
-def dp_start_probs(hist: torch.Tensor, epsilon: float, gen: torch.Generator, spend) -> torch.Tensor:
-    """The noisy release of `models.synthesis.dp_start_histogram` (its docstring has the
-    guarantee) on an already summed histogram: Laplace(2/eps) per cell, threshold ln(L) scales."""
-    spend(dp_accounting.LaplaceDpEvent(1.0 / epsilon))
-    n_locations = hist.shape[0]
-    scale = 2.0 / epsilon
-    noisy = hist + scale * laplace((n_locations,), gen)
-    kept = torch.where(noisy > scale * np.log(n_locations), noisy, torch.zeros_like(noisy))
-    if kept.sum() <= 0:
-        kept = torch.zeros_like(noisy)
-        kept[int(noisy.argmax())] = 1.0
-    return kept / kept.sum()
-
-
 def cat_rollouts(parts: list[Rollout]) -> Rollout:
     if len(parts) == 1:
         return parts[0]
@@ -249,12 +253,11 @@ def moments_all(comm: Comm, mom: Moments) -> Moments:
 
 
 def ldp_release(scheme: LdpReward, rewards: torch.Tensor, rows: torch.Tensor, n_total: int,
-                gen: torch.Generator, spend, comm: Comm):
+                gen: torch.Generator, spend, comm: Comm, prior: torch.Tensor | None = None):
     """`LdpReward.release_local` over sharded users: each rank perturbs its users' rewards with
     their rows of the shared noise table; only the perturbed moments are all-reduced."""
-    rel = scheme.release_local(rewards, rows, n_total, gen=gen, spend=spend,
-                               reduce=lambda mom: moments_all(comm, mom))
-    return rel.rewards, rel.epsilon_spent
+    return scheme.release_local(rewards, rows, n_total, gen=gen, spend=spend,
+                                reduce=lambda mom: moments_all(comm, mom), prior=prior)
 
 
 def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.Optimizer,
@@ -342,6 +345,7 @@ class _Run:
         self.critic_opt = BatchedAdam(list(self.critics.parameters()), lr=cfg.critic_lr)
         self.accountant = PrivacyAccountant(cfg.delta, cfg.target_epsilon, cfg.accountant)
         self.scheme = make_scheme(cfg)
+        self.pilot = HistoryPilot(cfg.pilot_decay) if uses_history_pilot(cfg) else None
         self.start_probs: torch.Tensor | None = None
         self.round = 0
         self.history: list[dict] = []
@@ -357,7 +361,8 @@ class _Run:
                 "value": self.value.state_dict(), "ppo_opt": self.ppo_opt.state_dict(),
                 "accountant": self.accountant.state_dict(), "start_probs": self.start_probs,
                 "generators": {k: g.get_state() for k, g in self.gens.items()},
-                "numpy_rng": self.rng.bit_generator.state, "stopped": self.stopped}
+                "numpy_rng": self.rng.bit_generator.state, "stopped": self.stopped,
+                "pilot": None if self.pilot is None else self.pilot.state_dict()}
 
     def shard_state(self) -> dict:
         return {"round": self.round, "rows": self.rows, "critics": self.critics.state_dict(),
@@ -389,6 +394,8 @@ class _Run:
             g.set_state(sd["generators"][k])
         self.rng.bit_generator.state = sd["numpy_rng"]
         self.stopped = sd["stopped"]
+        if self.pilot is not None and sd.get("pilot") is not None:
+            self.pilot = HistoryPilot.from_state_dict(sd["pilot"])
 
     def load_shard(self, sd: dict) -> None:
         if sd["round"] != self.round or not torch.equal(sd["rows"], self.rows):
@@ -419,9 +426,26 @@ class _Run:
         return payload["value"]
 
     def setup_start_histogram(self) -> None:
+        """Plan (refuse a budget that cannot pay one round), then the DP start distribution:
+        central schemes release a coarse-to-fine hierarchy of the summed per-user start
+        histograms (`models.starts.HierarchicalStarts`); local ones sum the users' own
+        Laplace-perturbed reports over coarse cells (`LocalStarts`)."""
+        cfg, coords = self.cfg, self.data.coords
+        check_one_round(cfg, self.n_total, coords)
+        if cfg.privacy_model == "local":
+            cells = kd_levels(coords, (cfg.ldp_start_depth,))[0]
+            mech = LocalStarts(cfg.start_hist_epsilon, cfg.start_tau)
+            self.accountant.spend(mech.event())  # same ledger on every rank
+            table = laplace((self.n_total, int(cells.max()) + 1), self.gens["noise"])
+            reports = mech.reports(self.data.days_per_user, cells, table[self.rows])
+            total = self.comm.all_reduce_sum(reports.sum(0))  # only perturbed reports summed
+            self.start_probs = mech.estimate(total, self.n_total, cells)
+            return
+        levels = kd_levels(coords)
         mass = self.comm.all_reduce_sum(start_mass(self.data.days_per_user, self.env.n_locations))
-        self.start_probs = self._from_rank0(lambda: dp_start_probs(
-            mass, self.cfg.start_hist_epsilon, self.gens["noise"], self.accountant.spend))
+        mech = HierarchicalStarts(cfg.start_hist_epsilon, len(levels), cfg.start_tau)
+        self.start_probs = self._from_rank0(lambda: mech.release(
+            mass, levels, gen=self.gens["noise"], spend=self.accountant.spend))
 
     def my_blocks(self) -> range:
         per = self.blocks // self.comm.world
@@ -447,23 +471,32 @@ class _Run:
                                      lu, gu, self.n_total, cfg.critic_batch, cfg.critic_kind,
                                      cfg.lambda_gp, g["critic"])
         t2 = time.perf_counter()
+        keys = pair_keys(feats) if self.pilot is not None else None
+        prior = self.pilot.estimate(keys) if self.pilot is not None else None
+        trusted: dict[str, Any] = {"critic_loss": None}
         if isinstance(self.scheme, LdpReward):
-            # scored on the device; the LDP perturbation draws its noise table on the CPU
+            # scored on the device; each user's rewards are perturbed with its own noise row
+            # before anything is summed (no unperturbed sum exists in this mode)
             rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems).cpu()
-            raw = comm.all_reduce_sum(torch.cat([rw.double().sum(0),
-                                                 torch.tensor([float(rw.shape[0])])]))
-            raw_mean = raw[:-1] / raw[-1]
-            rel_rewards, eps_batch = ldp_release(self.scheme, rw, gu, self.n_total, g["noise"],
-                                                 self.accountant.spend, comm)
+            rel = ldp_release(self.scheme, rw, gu, self.n_total, g["noise"],
+                              self.accountant.spend, comm, prior)
+            rel_rewards, eps_batch, rel_mean = rel.rewards, rel.epsilon_spent, rel.mean
         else:
             mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))
-            raw_mean = mom.sum / mom.count
 
             def release():
-                rel = self.scheme.release(mom, gen=g["noise"], spend=self.accountant.spend)
-                return rel.rewards, rel.epsilon_spent
+                rel = self.scheme.release(mom, gen=g["noise"], spend=self.accountant.spend,
+                                          **({"prior": prior} if self.pilot is not None else {}))
+                raw = mom.sum / mom.count  # trusted-zone diagnostics, never published
+                return {"rewards": rel.rewards, "eps": rel.epsilon_spent, "mean": rel.mean,
+                        "raw_mean": float(raw.mean()),
+                        "pilot_corr": None if rel.pilot is None else _corr(rel.pilot, raw)}
 
-            rel_rewards, eps_batch = self._from_rank0(release)
+            out = self._from_rank0(release)
+            rel_rewards, eps_batch, rel_mean = out["rewards"], out["eps"], out["mean"]
+            trusted.update(reward_raw_mean=out["raw_mean"], pilot_corr=out["pilot_corr"])
+        if self.pilot is not None:  # post-processing of the release, same on every rank
+            self.pilot.update(keys, rel_mean)
         t3 = time.perf_counter()
         rewards = rel_rewards.float().view(cfg.episodes_per_round, -1).to(self.device)
         mine_eps = self.my_blocks()
@@ -476,9 +509,9 @@ class _Run:
                                               dtype=torch.float64))
         acts = comm.all_reduce_sum(torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
                                    .double())
+        trusted["critic_loss"] = float(cl[0] / cl[1])
         return {"round": self.round, "participants": int(users.shape[0]),
-                "reward_raw_mean": float(raw_mean.mean()), "reward_mean": float(rewards.mean()),
-                "critic_loss": float(cl[0] / cl[1]),
+                "reward_mean": float(rewards.mean()),
                 "policy_loss": float(np.mean(stats["policy_loss"])),
                 "value_loss": float(np.mean(stats["value_loss"])),
                 "entropy": float(np.mean(stats["entropy"])),
@@ -486,7 +519,8 @@ class _Run:
                 "epsilon_batch": eps_batch, "epsilon": self.accountant.epsilon(),
                 "action_freq": (acts / acts.sum()).tolist(),
                 "seconds": {"rollout": t1 - t0, "critics": t2 - t1, "release": t3 - t2,
-                            "ppo": t4 - t3}}
+                            "ppo": t4 - t3},
+                "trusted": trusted}
 
     def result(self) -> FitResult:
         return FitResult(self.cfg, {k: v.detach().cpu().clone()
@@ -511,14 +545,16 @@ def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
             break
         run.history.append(rec)
         run.round += 1
-        log.info("round %d/%d reward %.4f (raw %.4f) critic %.4f policy %.4f epsilon %.4g (%.2fs)",
-                 run.round, cfg.rounds, rec["reward_mean"], rec["reward_raw_mean"],
-                 rec["critic_loss"], rec["policy_loss"], rec["epsilon"],
+        # public figures only (the "trusted" part of the record is never logged)
+        log.info("round %d/%d released reward %.4f policy %.4f epsilon %.4g (%.2fs)",
+                 run.round, cfg.rounds, rec["reward_mean"], rec["policy_loss"], rec["epsilon"],
                  sum(rec["seconds"].values()))
         if save and (run.round % cfg.checkpoint_every == 0 or run.round == last):
             save()
     if save and run.stopped:
         save()
+    if run.round == 0 and run.stopped:
+        raise BudgetExceededError(f"no round was trained: {run.stopped}")
 
 
 def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
@@ -535,10 +571,7 @@ def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | No
         run.load_state_dict(ckpt)
         log.info("resumed at round %d, epsilon %.4g", run.round, run.accountant.epsilon())
     else:
-        try:
-            run.setup_start_histogram()
-        except BudgetExceededError as exc:
-            raise BudgetExceededError(f"start histogram alone exceeds the budget: {exc}") from exc
+        run.setup_start_histogram()
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
     save = ((lambda: save_checkpoint(to_cpu(run.state_dict()), checkpoint_dir))
             if checkpoint_dir else None)

@@ -55,16 +55,16 @@ RELEASE_COLUMNS = ("pseudonym", "traj_key", "date", "mechanism", "epsilon", "loc
 # ----------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
 class Setting:
-    """One release of a sweep: mechanism at epsilon, `release_no`-th release of its collection.
+    """One setting of a release: mechanism at epsilon, within the release `release_id`.
 
-    `scope` names the collection (dataset, period, run label, mechanism, epsilon, release
-    counter) and is the domain of the user's seed; it holds no secret and no user data.
+    `release_id` names the release (a collection run's commit unit, or a study) and is part of
+    the domain of every user's seed, so two releases never share noise; it holds no secret and
+    no user data.
     """
 
     mechanism: str
     epsilon: float
-    release_no: int = 0
-    collection: str = ""
+    release_id: str = ""
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
@@ -74,8 +74,6 @@ class Setting:
         eps = float(self.epsilon)
         if not (np.isfinite(eps) and eps > 0):
             raise InvalidParameterError(f"epsilon={self.epsilon!r} must be finite and > 0")
-        if self.release_no < 0:
-            raise InvalidParameterError(f"release_no={self.release_no} must be >= 0")
 
     @property
     def charge(self) -> float:
@@ -88,15 +86,62 @@ class Setting:
 
     @property
     def scope(self) -> str:
-        return (
-            f"collect\x1f{self.collection}\x1f{self.mechanism}\x1f{float(self.epsilon)!r}"
-            f"\x1f{self.release_no}"
-        )
+        return f"collect\x1f{self.release_id}\x1f{self.mechanism}\x1f{float(self.epsilon)!r}"
 
 
 def sweep_cost(settings: Sequence[Setting]) -> float:
     """Epsilon one trajectory spends when released under every setting (rounded up)."""
     return total_up([s.charge for s in settings])
+
+
+# ----------------------------------------------------------------------------- publication
+@dataclass(frozen=True)
+class PublishOptions:
+    """How much linkage metadata a published row carries (README, "What a published row
+    reveals"). `date`: day | week (Monday of the ISO week) | none; `traj_key`: stable (one key
+    per trajectory) | per_release (the release id enters the keyed hash); `pseudonym`: stable |
+    per_window (the budget window's start enters the keyed hash) | none; `window_days`: the
+    privacy window the pseudonyms rotate with."""
+
+    date: str = "day"
+    traj_key: str = "per_release"
+    pseudonym: str = "per_window"
+    window_days: int = 7
+
+    def __post_init__(self):
+        for name, allowed in (("date", ("day", "week", "none")),
+                              ("traj_key", ("stable", "per_release")),
+                              ("pseudonym", ("stable", "per_window", "none"))):
+            if getattr(self, name) not in allowed:
+                raise InvalidParameterError(f"publish.{name}={getattr(self, name)!r}: use one "
+                                            f"of {', '.join(allowed)}")
+
+    def key_message(self, dataset: str, user_id: str, date: str, traj_id: int,
+                    release_id: str) -> str:
+        """The message the published traj_key authenticates (see `traj_message`)."""
+        rel = release_id if self.traj_key == "per_release" else None
+        return traj_message(dataset, user_id, date, traj_id, rel)
+
+    def pseudonym_message(self, user_id: str, date: dt.date) -> str | None:
+        """The message the published pseudonym authenticates, None when none is published."""
+        if self.pseudonym == "none":
+            return None
+        if self.pseudonym == "stable":
+            return str(user_id)
+        return f"{user_id}\x1fwindow\x1f{window_start_of(date, self.window_days).isoformat()}"
+
+    def published_dates(self, dates: np.ndarray) -> np.ndarray:
+        """The `date` column as published: the day, its week's Monday, or nothing."""
+        if self.date == "day":
+            return dates
+        if self.date == "none":
+            return np.full(len(dates), None, dtype=object)
+        return np.array([d - dt.timedelta(days=d.weekday()) for d in dates], dtype=object)
+
+
+def window_start_of(date: dt.date, window_days: int) -> dt.date:
+    """Start of the budget window `date` falls in (windows aligned to EPOCH, a Monday)."""
+    return EPOCH + dt.timedelta(days=((date - EPOCH).days // window_days) * window_days)
 
 
 # ----------------------------------------------------------------------------- release
@@ -105,9 +150,12 @@ def hmac_hex(key: bytes, message: str, chars: int = 16) -> str:
     return hmac.new(key, message.encode("utf-8"), hashlib.sha256).hexdigest()[:chars]
 
 
-def traj_message(dataset: str, user_id: str, date: str, traj_id: int) -> str:
-    """What a traj_key authenticates; keyed, so published keys reveal none of it."""
-    return f"traj\x1f{dataset}\x1f{user_id}\x1f{date}\x1f{int(traj_id)}"
+def traj_message(dataset: str, user_id: str, date: str, traj_id: int,
+                 release_id: str | None = None) -> str:
+    """What a traj_key authenticates; keyed, so published keys reveal none of it. With a
+    `release_id` the key differs per release (no linkage of a trajectory across releases)."""
+    base = f"traj\x1f{dataset}\x1f{user_id}\x1f{date}\x1f{int(traj_id)}"
+    return base if release_id is None else f"{base}\x1frelease\x1f{release_id}"
 
 
 def _plain_dates(values: list) -> bool:
@@ -132,13 +180,24 @@ def day_numbers(dates) -> np.ndarray:
     return days.astype(np.int64)
 
 
+def _as_dates(values: np.ndarray) -> np.ndarray:
+    if _plain_dates(list(values)):
+        return values
+    return np.array([d.date() if hasattr(d, "date") else d
+                     for d in pd.to_datetime(pd.Series(values))], dtype=object)
+
+
 @dataclass(frozen=True)
 class ReleaseKernel:
-    """Perturb one user's released trajectories for every setting (the only random step).
+    """Perturb one user's trajectories of one release for every setting (the only random step).
 
-    `seed_for(scope, user_id)` returns the user's secret SeedSequence for a setting (HMAC of the
-    run key: independent of partitioning and task attempts); `pseudonym_of(user_id)` and
-    `traj_key_of(message)` are keyed hashes. Options go to `udfs.collect.perturb`
+    `seed_for(scope, user_id)` returns the user's secret SeedSequence for a setting of the
+    release (HMAC of the run key over dataset, release id, setting and user: independent of
+    partitioning and task attempts, so a retried task or a rolled-forward release redraws the
+    same noise); `pseudonym_of(message)` and `traj_key_of(message)` are keyed hashes. The
+    trajectories of a user in a release are fixed by the ledger before any noise is drawn, and
+    the draw order is their time order (date, traj_id), so the output depends only on the
+    key, the release and those trajectories. Options go to `udfs.collect.perturb`
     (granularity, r_dir, calibrated, max_len).
     """
 
@@ -148,6 +207,7 @@ class ReleaseKernel:
     pseudonym_of: Callable[[str], str]
     traj_key_of: Callable[[str], str]
     options: dict[str, Any] = field(default_factory=dict)
+    publish: PublishOptions = field(default_factory=PublishOptions)
 
     def __call__(self, trajectories: pd.DataFrame, space: LocationSpace) -> pd.DataFrame:
         """One user's rows (user_id, date, traj_id, loc_ids) -> RELEASE_COLUMNS rows."""
@@ -164,31 +224,30 @@ class ReleaseKernel:
         # group's rows. Plain arrays, not DataFrame.sort_values: this runs once per user.
         traj_ids = trajectories["traj_id"].to_numpy()
         order = np.lexsort((traj_ids, day_numbers(trajectories["date"])))
-        date_col = trajectories["date"].to_numpy()[order]
+        date_col = _as_dates(trajectories["date"].to_numpy()[order])
+        iso = iso_dates(date_col)
         trajs = [np.asarray(x, dtype=np.int64) for x in trajectories["loc_ids"].to_numpy()[order]]
         lengths = np.array([a.size for a in trajs], dtype=np.int32)
-        keys = [
-            self.traj_key_of(traj_message(self.dataset, user, d, k))
-            for d, k in zip(iso_dates(date_col), traj_ids[order], strict=True)
-        ]
-        released = []
+        pseudonyms = [self._pseudonym(user, d) for d in date_col]
+        shown_dates = self.publish.published_dates(date_col)
+        cols: dict[str, list] = {c: [] for c in RELEASE_COLUMNS}
         for s in self.settings:
-            out = perturb(trajs, space, s.epsilon, s.mechanism, self.seed_for(s.scope, user),
-                          **self.options)
-            released.extend(a.astype(np.int32) for a in out)
-        m = len(self.settings)  # one block of rows per setting, in the settings' order
-        return pd.DataFrame(
-            {
-                "pseudonym": self.pseudonym_of(user),
-                "traj_key": keys * m,
-                "date": np.tile(date_col, m),
-                "mechanism": np.repeat(np.array([s.mechanism for s in self.settings],
-                                                dtype=object), len(trajs)),
-                "epsilon": np.repeat([float(s.epsilon) for s in self.settings], len(trajs)),
-                "loc_ids": released,
-                "n": np.tile(lengths, m),
-            }
-        )
+            out = perturb(trajs, space, s.epsilon, s.mechanism,
+                          self.seed_for(f"{self.dataset}\x1f{s.scope}", user), **self.options)
+            cols["loc_ids"].extend(a.astype(np.int32) for a in out)
+            cols["traj_key"].extend(
+                self.traj_key_of(self.publish.key_message(self.dataset, user, d, k, s.release_id))
+                for d, k in zip(iso, traj_ids[order], strict=True))
+            cols["pseudonym"].extend(pseudonyms)
+            cols["date"].extend(shown_dates)
+            cols["mechanism"].extend([s.mechanism] * len(trajs))
+            cols["epsilon"].extend([float(s.epsilon)] * len(trajs))
+            cols["n"].extend(lengths.tolist())
+        return pd.DataFrame(cols)
+
+    def _pseudonym(self, user: str, date: dt.date) -> str | None:
+        message = self.publish.pseudonym_message(user, date)
+        return None if message is None else self.pseudonym_of(message)
 
 
 # ----------------------------------------------------------------------------- explain
@@ -221,7 +280,7 @@ def explain_settings(
             {
                 "mechanism": s.mechanism,
                 "epsilon": float(s.epsilon),
-                "release_no": s.release_no,
+                "release_id": s.release_id,
                 "per_length": per_len,
             }
         )

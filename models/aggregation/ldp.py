@@ -6,9 +6,15 @@ of one user's reward is 1.
 Budget per user and batch (noise = lambda is the per-user Laplace scale of the uniform variant):
 - uniform (sensitivity_aware=False): R~_u = R_u + Lap(lambda): 1/lambda per sample, B/lambda
   per batch;
-- sensitivity-aware: a pilot round R~_u + Lap(lambda / pilot_fraction) (pilot_fraction * B /
-  lambda), the server publishes R_p = clip(mean, 0, 1), every user derives the same
-  eps_u(s,a) = (B / lambda) * w / sum(w), w = 1 - R_p + delta', and sends R_u + Lap(1/eps_u(s,a)).
+- sensitivity-aware: every user derives the same eps_u(s,a) = (B / lambda) * w / sum(w),
+  w = 1 - R_p + delta', from a published pilot R_p, and sends R_u + Lap(1/eps_u(s,a)). The pilot
+  is either the previous rounds' published means of pairs with the same public key
+  (`pilot="history"`, free: `models.aggregation.pilot`; uniform weights before the first
+  release) or a paid pilot round R~_u + Lap(lambda / pilot_fraction) (`pilot="laplace"`,
+  pilot_fraction * B / lambda more per user).
+No rank ever sums unperturbed rewards: `perturbed_moments` adds each user's own noise row before
+the sum, and only those sums cross ranks. The epsilon is LOCAL: per user and round, against any
+two reward vectors of that user (the server is not trusted).
 The server only averages; compensation uses the variance of the noisy rewards minus the known
 noise variance 2 * scale^2 (post-processing, no extra budget).
 Citations: PateGAIL++ section on LDP; Kasiviswanathan et al. 2011 (local DP).
@@ -49,9 +55,12 @@ class LdpReward:
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0
+    pilot: str = "laplace"  # "laplace" (a paid pilot round) | "history" (free, `prior` given)
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
+        if self.pilot not in ("laplace", "history"):
+            raise InvalidParameterError(f"pilot must be 'laplace' or 'history'; got {self.pilot}")
         if not self.pilot_fraction > 0 or not self.delta_prime > 0:
             raise InvalidParameterError("pilot_fraction and delta_prime must be > 0; got "
                                         f"{self.pilot_fraction}, {self.delta_prime}")
@@ -59,8 +68,10 @@ class LdpReward:
     def release_local(self, rewards: torch.Tensor, rows: torch.Tensor, n_users_total: int, *,
                       gen: torch.Generator,
                       spend: Callable[[dp_accounting.DpEvent], object],
-                      reduce: Callable[[Moments], Moments] | None = None) -> Release:
-        """rewards: (A, B) of the participating users; rows: their global user indices.
+                      reduce: Callable[[Moments], Moments] | None = None,
+                      prior: torch.Tensor | None = None) -> Release:
+        """rewards: (A, B) of the participating users; rows: their global user indices;
+        `prior`: the free (B,) pilot of `pilot="history"` (None: uniform weights).
 
         `reduce` combines the perturbed moments across shards (an all-reduce when users are
         sharded over ranks; identity in one process). Only perturbed values cross it.
@@ -69,7 +80,11 @@ class LdpReward:
         b = rewards.shape[1]
         eps_batch, pilot = b / self.noise, None
         total = eps_batch
-        if self.sensitivity_aware:
+        if self.sensitivity_aware and self.pilot == "history":
+            pilot = None if prior is None else prior.double().clamp(0, 1)
+            eps = (per_sample_budgets(pilot, eps_batch, self.delta_prime) if pilot is not None
+                   else torch.full((b,), 1.0 / self.noise, dtype=torch.float64))
+        elif self.sensitivity_aware:
             scale_p = self.noise / self.pilot_fraction
             spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(scale_p), b))
             noise = ldp_noise(n_users_total, b, gen)[rows]

@@ -2,14 +2,18 @@
 
 Guarantee: user-level (replace one user's whole data; see base.py and models/PROOF.md).
 Budget, for a batch of B samples and N participating users (Delta_f = 1/N):
-  1. pilot: R_p = clip(mean + Lap(Delta_f / eps_p), 0, 1), eps_p = pilot_fraction * eps_batch / B
-     per sample (B-fold composition: pilot_fraction * eps_batch in all);
+  1. pilot, `pilot="history"` (default): R_p = the previous rounds' released rewards of pairs with
+     the same public key (`models.aggregation.pilot`), post-processing, no budget; no pilot yet
+     (first round): uniform weights, i.e. exactly PateGAIL's release;
+     `pilot="laplace"` (the paper's): R_p = clip(mean + Lap(Delta_f / eps_p), 0, 1),
+     eps_p = pilot_fraction * eps_batch / B per sample (pilot_fraction * eps_batch in all);
   2. weights w = 1 - R_p + delta' (a function of the public pilot only: post-processing),
      eps(s,a) = eps_batch * w / sum(w) with eps_batch = B * Delta_f / lambda, so the per-sample
      budgets sum to the matched PateGAIL total;
   3. R = mean + Lap(Delta_f / eps(s,a)): the composition over the batch costs sum eps = eps_batch;
   4. compensation (beta > 0): Var + Lap(Delta_v / eps(s,a)), another eps_batch.
-Total per batch: (pilot_fraction + 1 + [beta > 0]) * eps_batch.
+Total per batch (basic composition):
+  ([laplace pilot] * pilot_fraction + 1 + [beta > 0]) * eps_batch.
 Citations: PateGAIL++ (ICLR 2025, oral); Dwork & Roth 2014.
 Runtime: O(B). Utility: samples that look like some user's behaviour (R_p near 1) get a smaller
 budget and more noise; common samples get less noise.
@@ -46,9 +50,12 @@ class SensitivityAware:
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0
+    pilot: str = "laplace"  # "laplace" (paid, the paper's) | "history" (free, `prior` given)
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
+        if self.pilot not in ("laplace", "history"):
+            raise InvalidParameterError(f"pilot must be 'laplace' or 'history'; got {self.pilot}")
         if not 0 < self.pilot_fraction:
             raise InvalidParameterError(f"pilot_fraction must be > 0; got {self.pilot_fraction}")
         if not self.delta_prime > 0:
@@ -58,17 +65,25 @@ class SensitivityAware:
         return b * delta_f(n) / self.noise
 
     def release(self, mom: Moments, *, gen: torch.Generator,
-                spend: Callable[[dp_accounting.DpEvent], object]) -> Release:
+                spend: Callable[[dp_accounting.DpEvent], object],
+                prior: torch.Tensor | None = None) -> Release:
+        """`prior`: the free (B,) pilot of `pilot="history"` (None: uniform weights)."""
         n, b = mom.count, mom.sum.shape[0]
         df, eps_batch = delta_f(n), self.eps_batch(n, b)
         mean = mom.sum / n
-        eps_p = self.pilot_fraction * eps_batch / b
-        spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(1.0 / eps_p), b))
-        pilot = (mean + (df / eps_p) * laplace((b,), gen)).clamp(0, 1)
-        eps = per_sample_budgets(pilot, eps_batch, self.delta_prime)
+        total = eps_batch
+        if self.pilot == "laplace":
+            eps_p = self.pilot_fraction * eps_batch / b
+            spend(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(1.0 / eps_p), b))
+            pilot = (mean + (df / eps_p) * laplace((b,), gen)).clamp(0, 1)
+            total += self.pilot_fraction * eps_batch
+        else:
+            pilot = None if prior is None else prior.double().clamp(0, 1)
+        eps = (per_sample_budgets(pilot, eps_batch, self.delta_prime) if pilot is not None
+               else torch.full((b,), eps_batch / b, dtype=torch.float64))
         spend(laplace_events(eps))
         noisy = mean + (df / eps) * laplace((b,), gen)
-        var_noisy, total = None, (self.pilot_fraction + 1) * eps_batch
+        var_noisy = None
         if self.beta > 0 and n > 1:
             spend(laplace_events(eps))
             var = (mom.sumsq / n - mean ** 2).clamp_min(0)

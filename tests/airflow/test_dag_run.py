@@ -20,13 +20,16 @@ STAGE_TABLES = {
     "collect": [
         "trajpriv_pub.perturbed_trajectories",
         "trajpriv_pub.perturbed_points",
+        "trajpriv_pub.releases",
         "trajpriv_raw.privacy_ledger",
-        "trajpriv_pub.evaluation",
+        "trajpriv_trusted.evaluation",
     ],
     "synthesize": ["trajpriv_pub.synthetic_trajectories"],
-    "evaluate": ["trajpriv_pub.evaluation"],
+    "evaluate": ["trajpriv_trusted.evaluation"],
     "report": [],
 }
+# The collection-side tasks only (the multi-date test): the rest is marked success.
+NOT_COLLECTION = ("train", "synthesize", "evaluate", "report")
 
 
 def _expect_all_tasks_succeeded(result) -> None:
@@ -36,9 +39,15 @@ def _expect_all_tasks_succeeded(result) -> None:
     )
 
 
-def test_run_on_embedded_default_then_rerun_same_date_is_idempotent(airflow, tmp_path: Path):
+def _private_modes(root: Path) -> list[str]:
+    """Files and folders under `root` that anyone but the owner may read (should be none)."""
+    return [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in [root, *root.rglob("*")]
+            if not p.is_symlink() and p.stat().st_mode & 0o077]
+
+
+def test_run_on_embedded_default_every_stage_with_private_files(airflow, tmp_path: Path):
     root = tmp_path / "data"
-    params = {"storage_root": str(root)}
+    params = {"storage_root": str(root), "collect_interval": "all"}
     missing = missing_stages()
 
     first = airflow.dags_test("2026-01-05", params)
@@ -52,19 +61,10 @@ def test_run_on_embedded_default_then_rerun_same_date_is_idempotent(airflow, tmp
             assert counts.get(table, 0) > 0, f"{stage} left {table} empty or missing: {counts}"
     if "report" not in missing:
         assert list(root.rglob("report.html")), f"no report.html under {root}"
-
-    # A second run for the same logical date: same rows everywhere, no new privacy spend.
-    second = airflow.dags_test("2026-01-05", params)
-    _expect_all_tasks_succeeded(second)
-    counts_again, ledger_again = table_counts(root)
-    runs = "trajpriv_pub.runs"  # the run log appends one row per stage execution, by design
-    assert {k: v for k, v in counts_again.items() if k != runs} == {
-        k: v for k, v in counts.items() if k != runs
-    }
-    assert counts_again[runs] > counts[runs]
-    if "collect" not in missing:
-        assert ledger is not None and ledger[0] > 0 and ledger[1] > 0
-        assert ledger_again == ledger, "the rerun spent privacy budget again"
+    # Zones: every file under the data root (landing CSVs, warehouse, metastore, keys, run
+    # folders, the report with raw points) is private to its owner: 0600 files, 0700 folders.
+    assert _private_modes(root) == []
+    assert not (root / "staging").exists() or not any((root / "staging").iterdir())
     if missing:
         pytest.skip(
             "stages not built yet, marked success without running: "
@@ -72,9 +72,40 @@ def test_run_on_embedded_default_then_rerun_same_date_is_idempotent(airflow, tmp
         )
 
 
+def test_three_logical_dates_release_each_day_once_and_a_rerun_spends_nothing(
+    airflow, tmp_path: Path
+):
+    """The schedule by the book: each logical date collects its data interval's trajectories
+    only; a second date re-releases nothing of the first; rerunning a date spends nothing."""
+    root = tmp_path / "data"
+    # The embedded data placed around the logical dates (the generator is deterministic, so
+    # every run's datagen + ingest writes the same records).
+    params = {"storage_root": str(root),
+              "overrides": ["datagen.start_date=2026-01-01", "datagen.days=10",
+                            "datagen.users=60"]}
+    for k, date in enumerate(("2026-01-05", "2026-01-06", "2026-01-07")):
+        # datagen + ingest once (later runs would write the same rows): a JVM start each saved
+        skip = NOT_COLLECTION if k == 0 else ("datagen", "ingest", *NOT_COLLECTION)
+        result = airflow.dags_test(date, params, skip=skip)
+        _expect_all_tasks_succeeded(result)
+    counts, ledger = table_counts(root)
+    releases = counts["__releases__"]
+    assert len(releases) == 3, releases
+    days = [r[1] for r in releases]
+    # each release holds the trajectories of exactly one day, a different day each time
+    assert all(len(d) == 1 for d in days) and len({d[0] for d in days}) == 3, days
+    assert sorted(d[0] for d in days) == [d[0] for d in days], "released in date order"
+
+    rerun = airflow.dags_test("2026-01-07", params, skip=("datagen", "ingest", *NOT_COLLECTION))
+    _expect_all_tasks_succeeded(rerun)
+    counts, ledger_again = table_counts(root)
+    assert counts["__releases__"] == releases and ledger_again == ledger, (
+        "rerunning a logical date spent privacy budget again")
+
+
 def test_bad_config_value_fails_the_run_with_the_jobs_message(airflow, tmp_path: Path):
     # Valid for the DAG's params (a list of numbers), refused by the job's config validation.
-    params = {"storage_root": str(tmp_path / "data"), "epsilons": [1000]}
+    params = {"storage_root": str(tmp_path / "data"), "epsilon": 1000}
     result = airflow.dags_test("2026-01-06", params)
     assert result.returncode != 0
     assert result.state == "failed"

@@ -64,7 +64,12 @@ if dag is not None:
     task = dag.get_task("collection.collect")
     def render(params):
         merged = {**dag.params.validate(), **params}
-        context = {"params": merged, "ds": "2026-01-05", "ds_nodash": "20260105"}
+        import datetime as dt
+        from airflow.sdk.execution_time import macros
+        start = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)
+        context = {"params": merged, "ds": "2026-01-05", "ds_nodash": "20260105",
+                   "data_interval_start": start,
+                   "data_interval_end": start + dt.timedelta(days=1), "macros": macros}
         return {
             "args": [env.from_string(a).render(**context) for a in task.application_args],
             "application": env.from_string(task.application).render(**context),
@@ -77,16 +82,17 @@ print("DAG_INFO " + json.dumps(out, default=str))
 
 BAD_PARAMS = {
     "source": "s3",
-    "epsilons": "four",
-    "mechanisms": ["tp", "laplace"],
+    "epsilon": "four",
+    "mechanism": "laplace",
+    "collect_interval": "yesterday",
     "noise": "high",
     "overrides": ["no equals sign"],
     "config": "",
 }
 SET_PARAMS = {
     "dataset": "geolife",
-    "epsilons": [1, 4.5],
-    "mechanisms": ["atp", "tp"],
+    "epsilon": 4.5,
+    "mechanism": "tp",
     "noise": 0.01,
     "target_epsilon": 8,
     "storage_root": "/srv/trajpriv data",
@@ -181,7 +187,9 @@ def test_every_stage_is_a_spark_submit_of_its_module(dag_info):
 
 
 def test_schedule_and_concurrency(dag_info):
-    assert dag_info["schedule"] == "@daily"
+    # a data-interval timetable: each run covers one day [D, D+1) and collects only that day
+    schedule = dag_info["schedule"]
+    assert "CronDataIntervalTimetable" in schedule or schedule == "0 0 * * *", schedule
     assert dag_info["catchup"] is False
     # the embedded Derby metastore admits one Spark process at a time
     assert dag_info["max_active_runs"] == 1
@@ -194,7 +202,7 @@ def test_default_params_validate(dag_info):
     assert defaults["source"] == "datagen"
     assert defaults["project_dir"] == str(ROOT)
     assert defaults["python"] == str(ROOT / ".venv" / "bin" / "python")
-    for key in ("dataset", "epsilons", "mechanisms", "noise", "target_epsilon", "spark_master"):
+    for key in ("dataset", "epsilon", "mechanism", "noise", "target_epsilon", "spark_master"):
         assert defaults[key] is None, key  # unset: the config file decides
 
 
@@ -209,7 +217,7 @@ def test_unset_params_add_no_overrides(dag_info):
     assert args == [
         f"--config={ROOT}/conf/default.yaml",
         "--run-id=trajpriv_pipeline-20260105",
-        '--set=collect.run_label="2026-01-05"',
+        '--set=collect.window_start="2026-01-05"\n--set=collect.window_end="2026-01-05"',
     ]
     assert rendered["application"] == f"{ROOT}/jobs/collect.py"
     assert rendered["env"] == {
@@ -225,12 +233,13 @@ def test_set_params_become_yaml_overrides(dag_info):
     assert args == [
         "--config=/etc/trajpriv/prod.yaml",
         "--run-id=trajpriv_pipeline-20260105",
-        '--set=collect.run_label="2026-01-05"',
+        '--set=collect.window_start="2026-01-05"',
+        '--set=collect.window_end="2026-01-05"',
         '--set=dataset="geolife"',
         '--set=storage.root="/srv/trajpriv data"',
         '--set=spark.master="spark://master:7077"',
-        "--set=collect.epsilons=[1, 4.5]",
-        '--set=collect.mechanisms=["atp", "tp"]',
+        "--set=collect.epsilon=4.5",
+        '--set=collect.mechanism="tp"',
         "--set=train.noise=0.01",
         "--set=train.target_epsilon=8",
         "--set=train.rounds=3",

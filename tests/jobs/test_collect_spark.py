@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import os
 import stat
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,6 @@ import yaml
 from jobs import collect as C
 from jobs.catalog import write_table
 from jobs.config import config_from_mapping
-from jobs.keys import pseudonym, pseudonym_key
 from jobs.stage import execute
 from udfs import collect_kernel as K
 from udfs import metrics as M
@@ -32,8 +31,8 @@ pytestmark = pytest.mark.spark
 
 DATASET = "collect_test"
 N_LOC = 30
-BUDGET = 45.0  # the main sweep costs 1 + 4 + 1 + 4 = 10 per trajectory: 4 fit in a week
-SWEEP = {"mechanisms": ["atp", "exp"], "epsilons": [1.0, 4.0]}
+BUDGET = 10.0  # epsilon 2.5 per trajectory: 4 fit in a week
+EPS = 2.5
 START, END = dt.date(2014, 6, 2), dt.date(2014, 6, 15)  # Mon .. Sun: two budget weeks
 
 
@@ -64,13 +63,15 @@ def _raw_data(seed: int = 11):
     return locations, pd.DataFrame(trajs), pd.DataFrame(points)
 
 
-def _config(spark_config, **collect):
+def _config(spark_config, dataset=DATASET, privacy=None, publish=None, **collect):
     tree = spark_config.model_dump(mode="json")
-    tree["dataset"] = DATASET
-    tree["collect"] = {**SWEEP, "user_budget": BUDGET, "window_days": 7,
-                       "window_start": START.isoformat(), "window_end": END.isoformat(),
-                       "run_label": "t", "prq_km": [0.5, 2.0], "acd_top_fraction": 0.2,
-                       **collect}
+    tree["dataset"] = dataset
+    tree["privacy"] = {"budget": BUDGET, "window_days": 7, **(privacy or {})}
+    tree["publish"] = {"date": "day", "traj_key": "per_release", "pseudonym": "per_window",
+                       **(publish or {})}
+    tree["study"] = {"prq_km": [0.5, 2.0], "acd_top_fraction": 0.2}
+    tree["collect"] = {"mechanism": "atp", "epsilon": EPS, "window_start": START.isoformat(),
+                       "window_end": END.isoformat(), **collect}
     return config_from_mapping(tree)
 
 
@@ -78,16 +79,20 @@ def _collect(spark, cfg, run_id, fresh=False):
     return execute("collect", C.run, cfg, argparse.Namespace(fresh=fresh), spark, run_id)
 
 
+def _write_raw(spark, dataset, locations, trajs):
+    schema = ("dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
+              "ts array<timestamp>, n int")
+    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), C.LOCATIONS,
+                partition_by=["dataset"], replace={"dataset": dataset})
+    # The layout ingest writes: partitioned by (dataset, date).
+    write_table(spark.createDataFrame(trajs.assign(dataset=dataset)[schema_cols(schema)], schema),
+                C.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
+
+
 @pytest.fixture(scope="module")
 def raw(spark):
     locations, trajs, points = _raw_data()
-    write_table(spark.createDataFrame(locations), C.LOCATIONS, partition_by=["dataset"],
-                replace={"dataset": DATASET})
-    schema = ("dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
-              "ts array<timestamp>, n int")
-    # The layout ingest writes: partitioned by (dataset, date).
-    write_table(spark.createDataFrame(trajs[schema_cols(schema)], schema), C.TRAJECTORIES,
-                partition_by=["dataset", "date"], replace={"dataset": DATASET})
+    _write_raw(spark, DATASET, locations, trajs)
     # `points` (the raw GPS fixes) stays in pandas: the leak test's oracle of raw coordinates.
     return locations, trajs, points
 
@@ -103,72 +108,88 @@ def first(spark, spark_config, raw):
     return cfg, figures
 
 
-def _ledger(spark, run_id=None):
-    df = spark.table(C.LEDGER)
-    if run_id:
-        df = df.where(df.run_id == run_id)
+def _ledger(spark, dataset=DATASET, release_id=None, state="spent"):
+    df = spark.table(C.LEDGER).where(f"dataset = '{dataset}'")
+    if release_id:
+        df = df.where(df.release_id == release_id)
+    if state:
+        df = df.where(df.state == state)
     return df.toPandas()
 
 
-def _published(spark, run_label="t"):
-    return spark.table(C.PUBLISHED).where(
-        f"dataset = '{DATASET}' AND run_label = '{run_label}'").toPandas()
+def _published(spark, dataset=DATASET):
+    return spark.table(C.PUBLISHED).where(f"dataset = '{dataset}'").toPandas()
+
+
+def _oracle_released(trajs, per_window=4, window_days=7, start=START, end=END):
+    """The first `per_window` trajectories of each user and budget window, in time order."""
+    inside = trajs[(trajs["date"] >= start) & (trajs["date"] <= end)].copy()
+    inside["window"] = [K.window_start_of(d, window_days) for d in inside["date"]]
+    inside = inside.sort_values(["user_id", "date", "traj_id"])
+    inside["rank"] = inside.groupby(["user_id", "window"]).cumcount()
+    return inside, inside[inside["rank"] < per_window]
+
+
+def _user_window_spend(led, window_days=7):
+    led = led.assign(window=[K.window_start_of(d, window_days) for d in led["date"]])
+    return led.groupby(["user_id", "window"])["epsilon"].sum()
 
 
 # ----------------------------------------------------------------------------- ledger
 def test_budget_is_enforced_in_time_order_with_refusals_counted(spark, raw, first):
     cfg, figures = first
     _, trajs, _ = raw
-    inside = trajs[(trajs["date"] >= START) & (trajs["date"] <= END)].copy()
-    # Oracle: per user and calendar week (Mon-Sun), the first 4 trajectories in time order fit.
-    inside["week"] = [d - dt.timedelta(days=d.weekday()) for d in inside["date"]]
-    inside = inside.sort_values(["user_id", "date", "traj_id"])
-    inside["rank"] = inside.groupby(["user_id", "week"]).cumcount()
-    expect_released = inside[inside["rank"] < 4]
+    inside, expect_released = _oracle_released(trajs)
     assert figures["trajectories_in_window"] == len(inside)
     assert figures["trajectories_released"] == len(expect_released)
     assert figures["refused"] == {K.WINDOW_EXHAUSTED: int((inside["rank"] >= 4).sum())}
     assert figures["refused"][K.WINDOW_EXHAUSTED] > 0  # the data must exercise refusals
+    release_id = figures["release_id"]
+    assert release_id == "collect-test-1.r0"
 
-    ledger = _ledger(spark, "collect-test-1")
-    assert len(ledger) == 4 * len(expect_released)  # one row per released trajectory x setting
-    assert set(ledger["stage"]) == {"collect"} and (ledger["delta"] == 0).all()
-    per_window = ledger.groupby(["user_id", "window_start"])["epsilon"].sum()
-    assert (per_window <= BUDGET).all()
-    got = Counter(zip(ledger["user_id"], ledger["window_start"], strict=True))
-    want = Counter()
-    for u, w in zip(expect_released["user_id"], expect_released["week"], strict=True):
-        want[(u, w)] += 4
+    ledger = _ledger(spark)
+    assert len(ledger) == len(expect_released)  # one charge per released trajectory
+    assert set(ledger["release_id"]) == {release_id} and (ledger["epsilon"] == EPS).all()
+    assert (ledger["delta"] == 0).all()
+    assert (_user_window_spend(ledger) <= BUDGET).all()
+    got = sorted(zip(ledger["user_id"], ledger["date"], ledger["traj_id"], strict=True))
+    want = sorted(zip(expect_released["user_id"], expect_released["date"],
+                      expect_released["traj_id"], strict=True))
     assert got == want
+    markers = _ledger(spark, state=None).query("user_id != user_id")  # NaN: marker rows
+    assert sorted(markers["state"]) == sorted(["planned", "published", "registered",
+                                               "evaluated"])
 
     pub = _published(spark)
-    assert len(pub) == 4 * len(expect_released)
-    assert set(pub["run_id"]) == {"collect-test-1"}
-    assert pub.groupby(["mechanism", "epsilon"]).size().to_dict() == {
-        (m, e): len(expect_released) for m in SWEEP["mechanisms"] for e in SWEEP["epsilons"]}
+    assert len(pub) == len(expect_released)
+    assert set(pub["release_id"]) == {release_id}
+    assert set(zip(pub["mechanism"], pub["epsilon"], strict=True)) == {("atp", EPS)}
     assert (pub["n"] == pub["loc_ids"].map(len)).all()
-    explain = figures["explain"]
-    assert "mechanism_steps" in Path(explain).read_text()
+    assert sorted(pub["traj_key"]) == sorted(ledger["traj_key"])  # each charge is one row
+    releases = spark.table(C.RELEASES).where(f"dataset = '{DATASET}'").toPandas()
+    assert releases[["release_id", "trajectories"]].values.tolist() == [
+        [release_id, len(expect_released)]]
+    assert "mechanism_steps" in Path(figures["explain"]).read_text()
 
 
-def test_a_sweep_over_the_user_budget_is_refused_before_any_spend(spark, spark_config, raw):
+def test_epsilon_over_the_budget_is_refused_before_any_spend(spark, spark_config, raw, first):
     from udfs.errors import BudgetExceededError
 
-    cfg = _config(spark_config, run_label="over", user_budget=4.0)
+    cfg = _config(spark_config, privacy={"budget": 2.0})
     before = spark.table(C.LEDGER).count()
-    with pytest.raises(BudgetExceededError, match=r"needs epsilon 10 per trajectory"):
+    with pytest.raises(BudgetExceededError, match=r"collect.epsilon 2.5 per trajectory exceeds"):
         _collect(spark, cfg, "collect-test-over")
     assert spark.table(C.LEDGER).count() == before
 
 
-# ----------------------------------------------------------------------------- idempotence
-def test_rerun_reuses_and_fresh_spends_again(spark, spark_config, raw, first, monkeypatch,
-                                             tmp_path, capsys):
+# ----------------------------------------------------------------------------- release once
+def test_rerun_releases_nothing_and_spends_nothing(spark, spark_config, raw, first, monkeypatch,
+                                                   tmp_path, capsys):
     cfg, figures = first
-    ledger_before = _ledger(spark)
+    ledger_before = _ledger(spark, state=None)
     pub_before = _published(spark)
 
-    # The same collection through the CLI: reused, nothing spent.
+    # The same collection through the CLI, under a new run id: nothing new, nothing spent.
     import jobs.session
 
     monkeypatch.setattr(jobs.session, "stop_spark", lambda s: None)  # keep the shared session
@@ -177,13 +198,12 @@ def test_rerun_reuses_and_fresh_spends_again(spark, spark_config, raw, first, mo
     from jobs.cli import main as cli
 
     assert cli(["collect", "--config", str(conf), "--run-id", "collect-test-2"]) == 0
-    ledger_after = _ledger(spark)
-    assert len(ledger_after) == len(ledger_before)
-    pd.testing.assert_frame_equal(
-        _published(spark).sort_values(["mechanism", "epsilon", "traj_key"]).reset_index(drop=True),
-        pub_before.sort_values(["mechanism", "epsilon", "traj_key"]).reset_index(drop=True))
+    assert len(_ledger(spark, state=None)) == len(ledger_before)
+    key = ["traj_key"]
+    pd.testing.assert_frame_equal(_published(spark).sort_values(key).reset_index(drop=True),
+                                  pub_before.sort_values(key).reset_index(drop=True))
 
-    # `trajpriv sql` answers over the published view.
+    # `trajpriv sql` answers over the published view ...
     capsys.readouterr()
     q = ("SELECT mechanism, epsilon, count(*) AS points FROM trajpriv_pub.perturbed_points "
          f"WHERE dataset = '{DATASET}' GROUP BY 1, 2 ORDER BY 1, 2")
@@ -196,27 +216,101 @@ def test_rerun_reuses_and_fresh_spends_again(spark, spark_config, raw, first, mo
         if cells[0] != "mechanism"
     }
     assert table == pub_before.groupby(["mechanism", "epsilon"])["n"].sum().to_dict()
+    # ... and refuses the raw zone unless --trusted.
+    capsys.readouterr()
+    assert cli(["sql", "SELECT * FROM trajpriv_raw.trajectories", "--config", str(conf)]) == 2
+    assert "refused: it reads spark_catalog.trajpriv_raw.trajectories" in capsys.readouterr().err
+    assert cli(["sql", "SELECT count(*) FROM trajpriv_raw.privacy_ledger", "--config",
+                str(conf), "--trusted"]) == 0
 
-    # --fresh: one setting again, a new release number, new spend on top of the old.
-    fresh_cfg = _config(spark_config, mechanisms=["exp"], epsilons=[1.0])
-    figures3 = _collect(spark, fresh_cfg, "collect-test-3", fresh=True)
-    assert figures3["released_settings"] == ["exp@1#1"]
-    led3 = _ledger(spark, "collect-test-3")
-    assert len(led3) == figures3["trajectories_released"] > 0
-    assert (led3["epsilon"] == 1.0).all()
-    total = _ledger(spark).groupby(["user_id", "window_start"])["epsilon"].sum()
-    assert (total <= BUDGET).all()  # the window budget holds across runs
-    pub = _published(spark)
-    exp1 = pub[(pub["mechanism"] == "exp") & (pub["epsilon"] == 1.0)]
-    assert set(exp1["run_id"]) == {"collect-test-3"}
-    assert len(exp1) == figures3["trajectories_released"]
-    old = pub_before[(pub_before["mechanism"] == "exp") & (pub_before["epsilon"] == 1.0)]
-    joined = exp1.merge(old, on="traj_key", suffixes=("_new", "_old"))
-    changed = sum(a.tolist() != b.tolist()
-                  for a, b in zip(joined["loc_ids_new"], joined["loc_ids_old"], strict=True))
-    assert changed > 0  # fresh noise, not the old release again
-    others = pub[~((pub["mechanism"] == "exp") & (pub["epsilon"] == 1.0))]
-    assert set(others["run_id"]) == {"collect-test-1"}  # other settings untouched
+
+def test_reusing_a_run_id_with_fresh_never_erases_spend(spark, spark_config, raw, first):
+    """Defect: `--fresh --run-id X` after a run X rewrote X's ledger partition (spend lost)."""
+    _, trajs = raw[0], raw[1]
+    dataset = "collect_reuse"
+    _write_raw(spark, dataset, raw[0], trajs)
+    cfg = _config(spark_config, dataset=dataset, privacy={"budget": 20.0})
+    one = _collect(spark, cfg, "collect-reuse")
+    before = _ledger(spark, dataset)
+    two = _collect(spark, cfg, "collect-reuse", fresh=True)  # same run id, released again
+    after = _ledger(spark, dataset)
+    assert one["release_id"] == "collect-reuse.r0" and two["release_id"] == "collect-reuse.r1"
+    # every earlier charge is still there; the new release added its own
+    merged = before.merge(after, how="left", on=list(before.columns), indicator=True)
+    assert (merged["_merge"] == "both").all()
+    assert len(after) == len(before) + two["trajectories_released"] > len(before)
+    # the budget (20 per week: 8 trajectories) holds over both releases, from the ledger
+    assert (_user_window_spend(after) <= 20.0).all()
+    pub = _published(spark, dataset)
+    assert pub.groupby("release_id").size().to_dict() == {
+        "collect-reuse.r0": one["trajectories_released"],
+        "collect-reuse.r1": two["trajectories_released"]}
+    # a fresh release draws fresh noise and (per-release keys) does not link to the first
+    assert not set(pub[pub.release_id.str.endswith("r0")]["traj_key"]) & set(
+        pub[pub.release_id.str.endswith("r1")]["traj_key"])
+
+
+def test_a_new_window_setting_maps_earlier_spend_by_trajectory_date(spark, spark_config, raw):
+    """Defect: the ledger kept only the window start of the policy in force when it spent, so
+    30-day windows then 7-day windows put earlier spend in the wrong week (200 in one week)."""
+    dataset = "collect_windows"
+    _write_raw(spark, dataset, raw[0], raw[1])
+    first = _config(spark_config, dataset=dataset, privacy={"budget": 10.0, "window_days": 30})
+    _collect(spark, first, "collect-windows-30")
+    weekly = _config(spark_config, dataset=dataset, mechanism="exp",
+                     privacy={"budget": 10.0, "window_days": 7})
+    _collect(spark, weekly, "collect-windows-7")
+    spend = _user_window_spend(_ledger(spark, dataset), window_days=7)
+    assert spend.max() <= 10.0, spend[spend > 10.0]
+    assert (spend == 10.0).any()  # the weekly budget was reached, so the check binds
+
+
+def test_a_collection_window_collects_only_its_dates_once(spark, spark_config, raw):
+    """What the DAG does: one data interval a run; a later interval re-releases nothing."""
+    dataset = "collect_daily"
+    _write_raw(spark, dataset, raw[0], raw[1])
+    days = [START + dt.timedelta(days=k) for k in range(3)]
+    for day in days:
+        cfg = _config(spark_config, dataset=dataset, window_start=day.isoformat(),
+                      window_end=day.isoformat())
+        _collect(spark, cfg, f"collect-daily-{day:%Y%m%d}")
+    cfg = _config(spark_config, dataset=dataset, window_start=days[-1].isoformat(),
+                  window_end=days[-1].isoformat())
+    again = _collect(spark, cfg, "collect-daily-again")
+    assert again["trajectories_released"] == 0 and again["epsilon_spent"] == 0
+    led = _ledger(spark, dataset)
+    by_release = led.groupby("release_id")["date"].agg(lambda d: sorted(set(d)))
+    assert [v for v in by_release.sort_index().tolist()] == [[d] for d in days]
+    assert not led.duplicated(["user_id", "date", "traj_id"]).any()  # released once each
+
+
+# ----------------------------------------------------------------------------- what is public
+def test_published_metadata_follows_the_publish_settings(spark, spark_config, raw):
+    dataset = "collect_publish"
+    _write_raw(spark, dataset, raw[0], raw[1])
+    cfg = _config(spark_config, dataset=dataset,
+                  publish={"date": "week", "pseudonym": "per_window"})
+    _collect(spark, cfg, "collect-publish")
+    pub = _published(spark, dataset)
+    led = _ledger(spark, dataset)
+    rows = pub.merge(led[["traj_key", "user_id", "date"]], on="traj_key",
+                     suffixes=("", "_raw"))
+    assert len(rows) == len(pub)
+    # week: every published date is the Monday of the trajectory's week
+    assert (rows["date"] == [d - dt.timedelta(days=d.weekday()) for d in rows["date_raw"]]).all()
+    # per_window: one pseudonym per (user, week), different across a user's weeks
+    rows["week"] = [K.window_start_of(d, 7) for d in rows["date_raw"]]
+    per = rows.groupby(["user_id", "week"])["pseudonym"].nunique()
+    assert (per == 1).all()
+    per_user = rows.groupby("user_id")["pseudonym"].nunique()
+    two_weeks = rows.groupby("user_id")["week"].nunique()
+    assert (per_user[two_weeks > 1] > 1).all() and (two_weeks > 1).any()
+    none = _config(spark_config, dataset=dataset, mechanism="exp", privacy={"budget": 20.0},
+                   publish={"date": "none", "pseudonym": "none"})
+    _collect(spark, none, "collect-publish-none")
+    pub = _published(spark, dataset)
+    bare = pub[pub["mechanism"] == "exp"]
+    assert len(bare) and bare["date"].isna().all() and bare["pseudonym"].isna().all()
 
 
 # ----------------------------------------------------------------------------- determinism
@@ -226,7 +320,7 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
     locations, trajs, _ = raw
     cfg = _config(spark_config)
     space = LocationSpace.from_latlon(locations["lat"], locations["lon"])
-    settings = [K.Setting("atp", 2.0, 0, "determinism"), K.Setting("tp", 2.0, 0, "determinism")]
+    settings = [K.Setting("atp", 2.0, "determinism"), K.Setting("tp", 2.0, "determinism")]
     kernel = C.release_kernel(cfg, settings)
     df = spark.createDataFrame(
         trajs[["user_id", "date", "traj_id", "loc_ids"]],
@@ -239,7 +333,7 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
         for parts in (1, 4):
             spark.conf.set("spark.sql.shuffle.partitions", str(parts))
             spark.conf.set("spark.sql.adaptive.enabled", "false")
-            out = C.perturb_released(df.repartition(parts), bc, kernel)
+            out = C.perturb_users(df.repartition(parts), bc, kernel)
             assert out.rdd.getNumPartitions() == parts
             pdf = out.toPandas()
             pdf["loc_ids"] = pdf["loc_ids"].map(list)
@@ -253,45 +347,50 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
     user = trajs["user_id"].iloc[0]
     local = kernel(trajs[trajs["user_id"] == user][["user_id", "date", "traj_id", "loc_ids"]],
                    space)
-    mine = outs[0][outs[0]["pseudonym"] == local["pseudonym"].iloc[0]]
+    mine = outs[0][outs[0]["traj_key"].isin(local["traj_key"])]
     assert sorted(map(tuple, mine["loc_ids"])) == sorted(tuple(a) for a in local["loc_ids"])
 
 
 # ----------------------------------------------------------------------------- utility
-def test_spark_metrics_equal_udfs_metrics(spark, raw, first):
+def test_trusted_metrics_equal_udfs_metrics_and_none_is_published(spark, raw, first):
+    from jobs.evaluation_table import EVALUATION_TABLE
     from udfs.space import LocationSpace
 
-    cfg, _ = first
+    cfg, figures = first
     locations, trajs, _ = raw
     space = LocationSpace.from_latlon(locations["lat"], locations["lon"])
-    pkey = pseudonym_key(cfg.storage.secrets)
-    truth = {
-        pseudonym(pkey, K.traj_message(DATASET, u, d.isoformat(), t)): np.asarray(ids)
-        for u, d, t, ids in zip(trajs["user_id"], trajs["date"], trajs["traj_id"],
-                                trajs["loc_ids"], strict=True)
-    }
+    truth = {(u, d, t): np.asarray(ids) for u, d, t, ids in zip(
+        trajs["user_id"], trajs["date"], trajs["traj_id"], trajs["loc_ids"], strict=True)}
+    led = _ledger(spark, release_id=figures["release_id"])
+    by_key = {k: truth[(u, d, t)] for k, u, d, t in zip(
+        led["traj_key"], led["user_id"], led["date"], led["traj_id"], strict=True)}
     pub = _published(spark)
-    pub = pub[pub["run_id"] == "collect-test-1"]
-    ev = spark.table("trajpriv_pub.evaluation").where("run_id = 'collect-test-1'").toPandas()
+    assert EVALUATION_TABLE.startswith("trajpriv_trusted.")
+    assert not spark.catalog.tableExists("trajpriv_pub.evaluation")
+    ev = spark.table(EVALUATION_TABLE).where(f"run_id = '{figures['release_id']}'").toPandas()
     assert set(ev["dataset"]) == {DATASET}
     got = {(r.method, r.setting, r.metric): r.value for r in ev.itertuples()}
-    assert len(got) == 4 * 5  # NE, PRQ@0.5km, PRQ@2km, ACD, KendallTau per setting
-    for (mech, eps), grp in pub.groupby(["mechanism", "epsilon"]):
-        true = [truth[k] for k in grp["traj_key"]]
-        pert = [np.asarray(a) for a in grp["loc_ids"]]
-        want = {
-            "NE": M.ne(true, pert, space),
-            "PRQ@0.5km": M.prq(true, pert, space, 0.5),
-            "PRQ@2km": M.prq(true, pert, space, 2.0),
-            "ACD": M.acd(true, pert, space, 0.2),
-            "KendallTau": M.kendall_tau(true, pert, space, 0.2),
-        }
-        for metric, value in want.items():
-            g = got[(mech, eps, metric)]
-            if math.isnan(value):
-                assert math.isnan(g)
-            else:
-                assert g == pytest.approx(value, rel=1e-9, abs=1e-12), (mech, eps, metric)
+    assert len(got) == 5  # NE, PRQ@0.5km, PRQ@2km, ACD, KendallTau of the one setting
+    true = [by_key[k] for k in pub["traj_key"]]
+    pert = [np.asarray(a) for a in pub["loc_ids"]]
+    want = {
+        "NE": M.ne(true, pert, space),
+        "PRQ@0.5km": M.prq(true, pert, space, 0.5),
+        "PRQ@2km": M.prq(true, pert, space, 2.0),
+        "ACD": M.acd(true, pert, space, 0.2),
+        "KendallTau": M.kendall_tau(true, pert, space, 0.2),
+    }
+    for metric, value in want.items():
+        g = got[("atp-release", EPS, metric)]
+        if math.isnan(value):
+            assert math.isnan(g)
+        else:
+            assert g == pytest.approx(value, rel=1e-9, abs=1e-12), metric
+    # the published run log holds only the public figures of a collect run
+    runs = spark.table("trajpriv_pub.runs").where("run_id = 'collect-test-1'").toPandas()
+    published = json.loads(runs["figures"].iloc[0])
+    assert set(published) <= set(C.PUBLIC_FIGURES) and "metrics" not in published
+    assert "refused" not in published
 
 
 # ----------------------------------------------------------------------------- leaks
@@ -302,7 +401,7 @@ def test_nothing_private_leaks_into_published_tables(spark, spark_config, raw, f
     raw_ts_text = {t.strftime("%Y-%m-%d %H:%M:%S") for t in raw_ts}
     raw_coords = set(points["lat"]) | set(points["lon"])
     tables = [t.name for t in spark.catalog.listTables("trajpriv_pub")]
-    assert {"perturbed_trajectories", "perturbed_points", "evaluation"} <= set(tables)
+    assert {"perturbed_trajectories", "perturbed_points", "releases"} <= set(tables)
     for name in tables:
         df = spark.table(f"trajpriv_pub.{name}")
         assert not {"user_id", "traj_id", "ts"} & set(df.columns), name
@@ -324,5 +423,6 @@ def test_nothing_private_leaks_into_published_tables(spark, spark_config, raw, f
     merged = pts.merge(locs, on="loc_id", suffixes=("", "_p"))
     assert len(merged) == len(pts) > 0
     assert (merged["lat"] == merged["lat_p"]).all() and (merged["lon"] == merged["lon_p"]).all()
-    raw_dir = spark_config.storage.warehouse / "trajpriv_raw.db"
-    assert stat.S_IMODE(os.stat(raw_dir).st_mode) == 0o700
+    for db in ("trajpriv_raw.db", "trajpriv_trusted.db"):
+        folder = spark_config.storage.warehouse / db
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700

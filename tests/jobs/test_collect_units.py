@@ -15,15 +15,27 @@ from jobs.collect_metrics import _tau_b
 from jobs.config import load_config
 
 
-def test_period_names_the_window():
-    def period(*sets):
-        return C.period_name(load_config(None, list(sets)).collect)
+def test_release_ids_never_repeat_for_a_reused_run_id():
+    from jobs.ledger import new_release_id
 
-    assert period() == "all"
-    assert period("collect.window_start=2014-06-01", "collect.window_end=2014-06-14") == (
-        "20140601-20140614")
-    assert period("collect.window_end=2014-06-14") == "-20140614"
-    assert period("collect.window_start=2014-06-01") == "20140601-"
+    assert new_release_id("collect-x", set()) == "collect-x.r0"
+    assert new_release_id("collect-x", {"collect-x.r0", "collect-x.r1"}) == "collect-x.r2"
+    assert new_release_id("dag run/1", set()) == "dag_run_1.r0"  # a partition-safe name
+
+
+def test_the_default_budget_means_something_and_uniform_is_never_published():
+    from udfs.errors import ConfigError
+
+    cfg = load_config("conf/default.yaml")
+    assert cfg.privacy.unit == "user"
+    assert cfg.privacy.budget <= 10 and cfg.privacy.window_days == 7
+    assert cfg.collect.epsilon <= cfg.privacy.budget
+    # one published setting, not a sweep: a trajectory is released once by default
+    assert not hasattr(cfg.collect, "epsilons")
+    with pytest.raises(ConfigError, match="collect.mechanism"):
+        load_config(None, ["collect.mechanism=uniform"])  # charged 0, reveals metadata
+    with pytest.raises(ConfigError, match="collect.user_budget: unknown key"):
+        load_config(None, ["collect.user_budget=1000"])
 
 
 def test_fresh_flag_is_added_once_to_a_merged_parser():

@@ -22,12 +22,12 @@ def test_override_sets_nested_values_and_spark_keys() -> None:
     cfg = load_config(
         CONF_DIR / "default.yaml",
         [
-            "collect.epsilons=[1, 2.5]",
+            "study.epsilons=[1, 2.5]",
             "spark.conf.spark.sql.shuffle.partitions=3",
             "datagen.users=7",
         ],
     )
-    assert cfg.collect.epsilons == [1.0, 2.5]
+    assert cfg.study.epsilons == [1.0, 2.5]
     assert cfg.spark.conf["spark.sql.shuffle.partitions"] == "3"
     assert cfg.datagen.users == 7
 
@@ -35,18 +35,18 @@ def test_override_sets_nested_values_and_spark_keys() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["collect.epsilon=3"], r"collect\.epsilon: unknown key"),
+        (["collect.epsilons=[3]"], r"collect\.epsilons: unknown key"),
         (["nonsense.key=1"], r"nonsense: unknown key"),
-        (["collect.epsilons=[0]"], r"collect\.epsilons: .*finite and in \(0, 100\]"),
-        (["collect.epsilons=[-1]"], r"collect\.epsilons"),
-        (["collect.epsilons=[.nan]"], r"collect\.epsilons"),
-        (["collect.epsilons=[1e6]"], r"collect\.epsilons"),
-        (["collect.mechanisms=[bogus]"], r"collect\.mechanisms\.0"),
+        (["collect.epsilon=0"], r"collect\.epsilon: .*finite and in \(0, 100\]"),
+        (["collect.epsilon=-1"], r"collect\.epsilon"),
+        (["collect.epsilon=.nan"], r"collect\.epsilon"),
+        (["study.epsilons=[1e6]"], r"study\.epsilons"),
+        (["study.mechanisms=[bogus]"], r"study\.mechanisms\.0"),
         (["datagen.users=-5"], r"datagen\.users: Input should be greater than or equal to 1"),
         (["ingest.max_len=0"], r"ingest\.max_len"),
         (["spark.conf.notspark=1"], r"spark\.conf: .*only spark\.\* settings"),
         (["dataset=bad name!"], r"dataset"),
-        (["collect.epsilons"], r"expected key\.path=value"),
+        (["collect.epsilon"], r"expected key\.path=value"),
     ],
 )
 def test_bad_values_name_the_key(overrides: list[str], expected: str) -> None:

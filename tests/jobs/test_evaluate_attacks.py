@@ -1,5 +1,5 @@
 """`trajpriv evaluate --attacks` on a tiny trained run writes white-box MIA, LiRA and home
-re-identification rows to trajpriv_pub.evaluation, next to the divergences of the same model.
+re-identification rows to trajpriv_trusted.evaluation, next to the divergences of the same model.
 
 One 2-rank training (TorchDistributor, tens of seconds on a loaded 2-core machine) feeds the
 whole module, so the critics the attack reads are merged from two ranks' shards. The figures
@@ -83,7 +83,7 @@ def test_evaluate_attacks_writes_membership_lira_and_home_rows(spark, spark_conf
     figures = harness.execute("evaluate", eval_stage.run, cfg, ns, spark, "eval-attk")
     assert "whitebox_mia_auc" in figures and "lira_policy_auc" in figures
 
-    rows = spark.table("trajpriv_pub.evaluation").where(
+    rows = spark.table("trajpriv_trusted.evaluation").where(
         f"dataset = '{DATASET}' AND run_id = 'eval-attk'").toPandas()
     model = rows[rows["metric"] == "whitebox_mia_auc"]
     assert list(model["method"]) == ["pategail++"]

@@ -18,9 +18,7 @@ import pytest
 
 from jobs import collect as C
 from jobs import evaluate as E
-from jobs.keys import pseudonym, pseudonym_key
 from jobs.shaping import build_slot_days
-from udfs.collect_kernel import traj_message
 from udfs.errors import InvalidTrajectoryError
 from udfs.mobility import jsd_metrics, metric_bins
 from udfs.mobility_stats import summarize_days
@@ -55,14 +53,14 @@ def raw_data(seed: int = 5):
     return locations, pd.DataFrame(trajs)
 
 
-def collect_config(spark_config, label: str, mechanisms, epsilons, end: dt.date):
-    """The config of a collection of `mechanisms` x `epsilons` from START to `end`."""
+def study_config(spark_config, mechanisms, epsilons, end: dt.date):
+    """The config of a study of `mechanisms` x `epsilons` over START to `end`."""
     from jobs.config import config_from_mapping
 
     tree = spark_config.model_dump(mode="json")
     tree["dataset"] = DATASET
-    tree["collect"] = {"mechanisms": mechanisms, "epsilons": epsilons, "run_label": label,
-                       "window_start": START.isoformat(), "window_end": end.isoformat()}
+    tree["study"] = {"mechanisms": mechanisms, "epsilons": epsilons}
+    tree["collect"] = {"window_start": START.isoformat(), "window_end": end.isoformat()}
     return config_from_mapping(tree)
 
 
@@ -88,32 +86,31 @@ def test_perturbed_divergences_equal_numpy_on_slot_days_of_the_points(spark, spa
                                       "dataset string"),
                 E.SLOT_DAYS, partition_by=["dataset", "date"], replace={"dataset": DATASET})
 
-    cfg = collect_config(spark_config, "a", ["atp", "exp"], [1.0, 4.0], END)
-    execute("collect", C.run, cfg, argparse.Namespace(fresh=False), spark, "eval-collect")
-    # A release of a third setting with every other trajectory only (by hand: a second
-    # collect would cost more than the rest of the test), so the settings do not all share
-    # their raw days.
-    pub = spark.table(C.PUBLISHED).where(f"dataset = '{DATASET}'")
-    part = pub.where("mechanism = 'exp' AND epsilon = 4.0").toPandas().sort_values("traj_key")
-    part = part.iloc[::2].assign(run_id="eval-partial", run_label="partial", mechanism="tp",
-                                 epsilon=2.0)
-    write_table(spark.createDataFrame(part[pub.columns], pub.schema), C.PUBLISHED,
-                partition_by=C.PUBLISHED_PARTITIONS)
+    from jobs import study as S
+
+    cfg = study_config(spark_config, ["atp", "exp"], [1.0, 4.0], END)
+    execute("study", S.run, cfg, argparse.Namespace(), spark, "eval-study")
+    # A third setting with every other trajectory only (by hand: a second study would cost
+    # more than the rest of the test), so the settings do not all share their raw days.
+    pub = spark.table(S.STUDY_PERTURBED).where(f"dataset = '{DATASET}'")
+    part = pub.where("mechanism = 'exp' AND epsilon = 4.0").toPandas().sort_values(
+        ["user_id", "date", "traj_id"])
+    part = part.iloc[::2].assign(run_id="eval-partial", mechanism="tp", epsilon=2.0)
+    write_table(spark.createDataFrame(part[pub.columns], pub.schema), S.STUDY_PERTURBED,
+                partition_by=S.PARTITIONS)
     figures = execute("evaluate", E.run, cfg, argparse.Namespace(attacks=False), spark,
                       "eval-stage-1")
     assert figures["comparisons"] == 5
 
-    got = spark.table("trajpriv_pub.evaluation").where(
+    got = spark.table("trajpriv_trusted.evaluation").where(
         f"dataset = '{DATASET}' AND run_id = 'eval-stage-1'").toPandas()
     got = {(r.method, r.setting, r.metric): r.value for r in got.itertuples()}
-    pub = spark.table(C.PUBLISHED).where(f"dataset = '{DATASET}'").toPandas()
-    pkey = pseudonym_key(cfg.storage.secrets)
-    truth = {pseudonym(pkey, traj_message(DATASET, r.user_id, r.date.isoformat(), r.traj_id)): r
-             for r in trajs.itertuples()}
+    pub = spark.table(S.STUDY_PERTURBED).where(f"dataset = '{DATASET}'").toPandas()
+    truth = {(r.user_id, r.date, r.traj_id): r for r in trajs.itertuples()}
     coords = locations[["lat", "lon"]].to_numpy()
     sizes = set()
     for (mech, eps, _run), grp in pub.groupby(["mechanism", "epsilon", "run_id"]):
-        raw = [truth[k] for k in grp["traj_key"]]
+        raw = [truth[k] for k in zip(grp["user_id"], grp["date"], grp["traj_id"], strict=True)]
         sizes.add(len(raw))
         sides = {}
         for side, ids in (("raw", [r.loc_ids for r in raw]), ("perturbed", grp["loc_ids"])):

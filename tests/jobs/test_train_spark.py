@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
+import stat
 
 import numpy as np
 import pandas as pd
@@ -61,10 +63,25 @@ def toy_tables(spark, spark_config):
     return data
 
 
+class _Grab(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
 @pytest.fixture(scope="module")
 def trained(spark, spark_config, toy_tables):
     cfg = _cfg(spark_config)
-    figures = harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-a")
+    grab = _Grab()
+    logging.getLogger().addHandler(grab)
+    try:
+        figures = harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-a")
+    finally:
+        logging.getLogger().removeHandler(grab)
+    figures["_log"] = "\n".join(grab.lines)  # the driver's INFO log of the stage
     return cfg, figures
 
 
@@ -83,7 +100,7 @@ def test_two_processes_equal_one_process(spark, trained):
     for a, b in zip(figures["reward_mean"], [h["reward_mean"] for h in one.history], strict=True):
         assert a == pytest.approx(b, rel=1e-4)
     assert figures["epsilon"] == pytest.approx(one.accountant["epsilon"], rel=1e-9)
-    assert figures["num_processes"] == 2 and sum(figures["users_per_rank"]) == figures["users"]
+    assert figures["num_processes"] == 2
     holdout = spark.table("trajpriv_raw.slot_days_split").where(
         f"dataset = '{DATASET}' AND split = 'holdout'").count()
     assert 0 < holdout < 48  # 30% of 48 days held out, by a keyed hash
@@ -97,6 +114,39 @@ def test_runs_table_has_epsilon_and_artefacts(spark, trained, spark_config):
     for name in ("policy.pt", "accountant.json", "history.json", "train_config.json"):
         assert (run_dir / name).exists(), name
     assert "seed" not in json.loads((run_dir / "train_config.json").read_text())
+
+
+def test_published_figures_are_dp_releases_or_public(spark, trained, spark_config):
+    """Issue 15: the runs row held `reward_raw_mean` (exact mean critic rewards) and exact
+    per-split day and user counts. Every published figure must be classified in
+    jobs.train.PUBLIC_FIGURES; the exact figures and the trained user ids sit in trusted.json
+    (mode 0600 in the 0700 run folder) and appear neither in the row nor in the stage's log.
+    (The ranks' own INFO lines are checked in tests/models/test_train_privacy.py.)"""
+    _, figures = trained
+    row = spark.sql("SELECT figures FROM trajpriv_pub.runs WHERE run_id = 'train-toy-a'").first()
+    published = json.loads(row["figures"])
+    assert set(published) - {"wall_s"} <= set(train_stage.PUBLIC_FIGURES)
+    for key in ("reward_raw_mean", "split", "users_per_rank", "critic_loss"):
+        assert key not in published
+    assert published["privacy_model"] == "central" and published["method"] == "pategail"
+    assert published["critic"] == "bce"
+    run_dir = spark_config.storage.runs_dir / "train-toy-a"
+    trusted_path = run_dir / "trusted.json"
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(trusted_path.stat().st_mode) == 0o600
+    trusted = json.loads(trusted_path.read_text())
+    train_users = spark.table("trajpriv_raw.slot_days_split").where(
+        f"dataset = '{DATASET}' AND split = 'train'").select("user_id").distinct().toPandas()
+    assert trusted["trained_user_ids"] == sorted(train_users.user_id)
+    assert sum(trusted["users_per_rank"]) == published["users"]
+    assert trusted["split"]["train"]["days"] > 0
+    text = row["figures"] + figures["_log"]
+    for rec in trusted["rounds"]:
+        raw = rec["reward_raw_mean"]
+        assert 0 < raw < 1
+        assert repr(raw) not in text and f"{raw:.4f}" not in text
+    assert "users_per_rank" not in figures["_log"]
+    assert str(trusted["users_per_rank"]) not in figures["_log"]
 
 
 def test_ranks_as_barrier_tasks_with_local_mode_false(spark, trained, spark_config):
@@ -145,11 +195,12 @@ def test_synthesize_schema_rows_and_locations(spark, trained):
     cfg, _ = trained
     ns = argparse.Namespace(resume=None, train_run="train-toy-a")
     figs = harness.execute("synthesize", synth_stage.run, cfg, ns, spark, "synth-toy")
-    assert figs["days"] == 10
+    assert figs["days"] == 10 and figs["privacy_model"] == "central"
     df = spark.table("trajpriv_pub.synthetic_trajectories").where(
         f"dataset = '{DATASET}' AND run_id = 'train-toy-a'")
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("model", "string"), ("epsilon", "double"), ("delta", "double"), ("traj_no", "bigint"),
+        ("model", "string"), ("epsilon", "double"), ("delta", "double"),
+        ("privacy_model", "string"), ("traj_no", "bigint"),
         ("slots", "array<int>"), ("dataset", "string"), ("run_id", "string")]
     pdf = df.toPandas().sort_values("traj_no")
     assert pdf.traj_no.tolist() == list(range(10))

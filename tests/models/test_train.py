@@ -9,7 +9,8 @@ import torch
 
 from models.config import TrainConfig
 from models.env import MobilityEnv
-from models.synthesis import dp_start_histogram, synthesize
+from models.starts import HierarchicalStarts, kd_levels, start_mass
+from models.synthesis import synthesize
 from models.train import fit
 from tests.models._toy import toy_data
 from udfs.errors import BudgetExceededError, ConfigError
@@ -68,7 +69,7 @@ def test_training_stops_before_the_target_epsilon():
 
 
 def test_budget_too_small_for_the_start_histogram():
-    with pytest.raises(BudgetExceededError, match="start histogram"):
+    with pytest.raises(BudgetExceededError, match="start distribution costs 1 "):
         fit(dataclasses.replace(TINY, target_epsilon=0.5), toy_data())
 
 
@@ -95,9 +96,13 @@ def test_synthesis_shapes_ids_and_seed():
     assert set(a[:, 0]) <= set(torch.nonzero(res.start_probs).flatten().tolist())
 
 
-def test_dp_start_histogram_spends_one_event_and_finds_the_mode():
+def test_dp_start_distribution_spends_one_event_per_level_and_finds_the_mode():
     days = [np.full((3, 48), 5)] * 40 + [np.full((2, 48), 9)]
     spent = []
-    p = dp_start_histogram(days, 50, 2.0, torch.Generator().manual_seed(0), spent.append)
-    assert len(spent) == 1 and spent[0].noise_multiplier == 0.5
+    levels = kd_levels(np.random.default_rng(0).random((50, 2)))
+    mech = HierarchicalStarts(2.0, len(levels))
+    p = mech.release(start_mass(days, 50), levels, gen=torch.Generator().manual_seed(0),
+                     spend=spent.append)
+    assert len(spent) == 1 and spent[0].count == len(levels)
+    assert spent[0].event.noise_multiplier == len(levels) / 2.0
     assert p.sum().item() == pytest.approx(1.0) and int(p.argmax()) == 5

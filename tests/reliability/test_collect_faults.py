@@ -9,9 +9,11 @@
 * Driver killed: `trajpriv collect` runs as a subprocess in its own process group; when the
   perturbation stage has started (hook `TRAJPRIV_TEST_RELEASE_REACHED`, which stalls that task)
   the whole group (driver, JVM, Python workers) gets SIGKILL, as a machine loss would. No
-  trajpriv_pub table may change; the rerun (a new run id, as a person would start it) must
-  void the killed run's ledger spend (it published nothing), publish exactly what an
-  undisturbed run publishes and leave the ledger with each release's spend once.
+  trajpriv_pub table may change; the rerun (the same command again, as Airflow's retry starts
+  it) must roll the killed release forward from its ledger rows (its spend was recorded before
+  any noise), publish exactly what an undisturbed run publishes and leave the ledger with each
+  release's spend once (tests/reliability/test_collect_crash_sweep.py covers every other
+  write boundary in-process).
 
 Every run is a subprocess with its own storage root (its own Derby metastore; the test
 session's JVM cannot host a second one). The reference run and the disturbed runs share the run
@@ -40,17 +42,16 @@ RUN_KEY, PSEUDONYM_KEY = "ab" * 32, "cd" * 32
 # Two settings of one collection, run one after the other. A costs 2 and B costs 1 against a
 # budget of 5 per week: A releases 2 trajectories per user-week and B the one that still fits,
 # so B's plan depends on the ledger: spend counted twice would change what B publishes.
-FIRST = ["collect.mechanisms=[atp]", "collect.epsilons=[2.0]"]
-SECOND = ["collect.mechanisms=[exp]", "collect.epsilons=[1.0]"]
+FIRST = ["collect.mechanism=atp", "collect.epsilon=2.0"]
+SECOND = ["collect.mechanism=exp", "collect.epsilon=1.0"]
 LIMIT_S = 600  # per subprocess; a Spark start alone takes 15-30 s on a loaded 2-core machine
-PUB_TABLES = ("perturbed_trajectories", "evaluation", "runs", "locations", "perturbed_points")
+PUB_TABLES = ("perturbed_trajectories", "releases", "runs", "locations", "perturbed_points")
 
 
 def _sets(root: Path, master: str) -> list[str]:
     return [f"storage.root={root}", f"dataset={DATASET}", f"spark.master={master}",
             "spark.conf.spark.sql.shuffle.partitions=2", "spark.conf.spark.driver.memory=1g",
-            "collect.user_budget=5", "collect.window_days=7", "collect.run_label=faults",
-            "collect.prq_km=[1.0]"]
+            "privacy.budget=5", "privacy.window_days=7", "study.prq_km=[1.0]"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -127,7 +128,7 @@ def _session(conf: str, steps: str, out: str) -> None:
             elif step in ("A", "B"):
                 cfg = load_config(conf, FIRST if step == "A" else SECOND)
                 results[step] = execute("collect", C.run, cfg, argparse.Namespace(fresh=False),
-                                        spark, f"collect-{step}-{os.getpid()}")
+                                        spark, f"collect-{step}")
             else:
                 results[step] = _snapshot(spark)
     finally:
@@ -180,7 +181,8 @@ def _published(snap: dict, mechanism: str) -> pd.DataFrame:
 
 def _spend(snap: dict) -> pd.Series:
     led = snap["ledger"]
-    return led.groupby(["user_id", "window_start", "mechanism", "epsilon"]).size().sort_index()
+    led = led[led["state"] == "spent"]
+    return led.groupby(["user_id", "date", "traj_id", "mechanism", "epsilon"]).size().sort_index()
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +235,7 @@ def test_a_driver_killed_mid_release_publishes_nothing_and_the_rerun_spends_once
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "collect", "--config", str(root / "conf.yaml"),
-             *[a for s in SECOND for a in ("--set", s)], "--run-id", "collect-killed"],
+             *[a for s in SECOND for a in ("--set", s)], "--run-id", "collect-B"],
             cwd=root, env=_env(TRAJPRIV_TEST_RELEASE_REACHED=str(reached)), stdout=fh,
             stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -254,11 +256,11 @@ def test_a_driver_killed_mid_release_publishes_nothing_and_the_rerun_spends_once
     for name, table in before["snapA"]["pub"].items():
         pd.testing.assert_frame_equal(killed["pub"][name], table, obj=name)
     # The killed run had written its ledger rows (spend is recorded before any noise) ...
-    assert (killed["ledger"]["run_id"] == "collect-killed").any()
-    # ... which the rerun voids: it published nothing.
-    assert after["B"]["voided_runs"] == ["collect-killed"]
+    assert (killed["ledger"]["release_id"] == "collect-B.r0").any()
+    # ... which the rerun keeps and completes: the same release, the same noise.
+    assert after["B"]["recovered_releases"] == ["collect-B.r0"]
+    assert after["B"]["trajectories_released"] == 0  # nothing new: everything is released
     final = after["snapB"]
-    assert not (final["ledger"]["run_id"] == "collect-killed").any()
     for mechanism in ("atp", "exp"):
         pd.testing.assert_frame_equal(_published(final, mechanism),
                                       _published(reference["snapB"], mechanism), obj=mechanism)

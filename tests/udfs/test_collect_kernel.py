@@ -138,7 +138,7 @@ def test_settings_validate_and_charge_the_mechanism_guarantee():
         K.Setting("atp", float("nan"))
     sweep = [K.Setting("atp", 4.0), K.Setting("exp", 1.0), K.Setting("uniform", 10.0)]
     assert K.sweep_cost(sweep) == 5.0  # UNIFORM ignores its input: it spends nothing
-    assert K.Setting("atp", 4.0, 0, "c").scope != K.Setting("atp", 4.0, 1, "c").scope
+    assert K.Setting("atp", 4.0, "c.r0").scope != K.Setting("atp", 4.0, "c.r1").scope
 
 
 # ----------------------------------------------------------------------------- release
@@ -150,11 +150,12 @@ def _kernel(settings, options=None) -> K.ReleaseKernel:
         pseudonym_of=functools.partial(_hash, PKEY),
         traj_key_of=functools.partial(_hash, PKEY),
         options=options or {},
+        publish=K.PublishOptions(date="day", traj_key="stable", pseudonym="stable"),
     )
 
 
 def test_release_matches_perturb_with_the_users_seed_in_time_order(space):
-    settings = [K.Setting("atp", 4.0, 0, "c"), K.Setting("exp", 1.0, 0, "c")]
+    settings = [K.Setting("atp", 4.0, "c"), K.Setting("exp", 1.0, "c")]
     t = _trajs("alice", ["2014-06-03", "2014-06-02", "2014-06-02", "2014-06-05"], seed=1)
     t["traj_id"] = [0, 1, 0, 0]
     out = _kernel(settings)(t, space)
@@ -162,7 +163,8 @@ def test_release_matches_perturb_with_the_users_seed_in_time_order(space):
     ordered = t.sort_values(["date", "traj_id"]).reset_index(drop=True)
     trajs = [np.asarray(a, dtype=np.int64) for a in ordered["loc_ids"]]
     for s in settings:
-        expect = perturb(trajs, space, s.epsilon, s.mechanism, _seed(KEY, s.scope, "alice"))
+        expect = perturb(trajs, space, s.epsilon, s.mechanism,
+                         _seed(KEY, f"ds\x1f{s.scope}", "alice"))
         got = out[(out["mechanism"] == s.mechanism) & (out["epsilon"] == s.epsilon)]
         assert [a.tolist() for a in got["loc_ids"]] == [a.tolist() for a in expect]
         assert got["n"].tolist() == [a.size for a in trajs]
@@ -172,13 +174,13 @@ def test_release_matches_perturb_with_the_users_seed_in_time_order(space):
     assert out["traj_key"].tolist() == keys * 2
 
 
-def test_release_ignores_row_order_and_new_release_numbers_redraw(space):
+def test_release_ignores_row_order_and_new_release_ids_redraw(space):
     t = _trajs("bob", [f"2014-06-{d:02d}" for d in range(2, 22)], seed=2)
-    kernel = _kernel([K.Setting("tp", 1.0, 0, "c")])
+    kernel = _kernel([K.Setting("tp", 1.0, "c.r0")])
     a = kernel(t, space)
     b = kernel(t.sample(frac=1, random_state=1), space)
     pd.testing.assert_frame_equal(a, b)
-    fresh = _kernel([K.Setting("tp", 1.0, 1, "c")])(t, space)
+    fresh = _kernel([K.Setting("tp", 1.0, "c.r1")])(t, space)
     assert [x.tolist() for x in fresh["loc_ids"]] != [x.tolist() for x in a["loc_ids"]]
     # No raw identifier or raw location column leaves the kernel.
     assert "user_id" not in a.columns and "traj_id" not in a.columns
@@ -199,3 +201,23 @@ def test_explain_reports_each_steps_spend(space):
         assert sum(atp[n]["by_kind"].values()) == pytest.approx(4.0, rel=1e-12)
     assert set(atp["3"]["by_kind"]) == {"anchor", "radius", "direction", "point"}
     assert report[1]["per_length"]["3"]["spent"] == 0.0
+
+
+def test_publish_options_rotate_pseudonyms_per_window_and_keys_per_release(space):
+    t = _trajs("carol", ["2014-06-02", "2014-06-03", "2014-06-10"], seed=3)
+    t["traj_id"] = [0, 0, 0]
+    rotated = K.ReleaseKernel(
+        dataset="ds", settings=(K.Setting("exp", 1.0, "r1"),),
+        seed_for=functools.partial(_seed, KEY), pseudonym_of=functools.partial(_hash, PKEY),
+        traj_key_of=functools.partial(_hash, PKEY),
+        publish=K.PublishOptions(date="week", traj_key="per_release", pseudonym="per_window"),
+    )
+    out = rotated(t, space)
+    # the first two days share a week (one pseudonym), the third is a week later (another)
+    assert out["pseudonym"].iloc[0] == out["pseudonym"].iloc[1] != out["pseudonym"].iloc[2]
+    assert _hash(PKEY, "carol") not in set(out["pseudonym"])
+    assert [d.isoformat() for d in out["date"]] == ["2014-06-02", "2014-06-02", "2014-06-09"]
+    other = K.ReleaseKernel(**{**rotated.__dict__, "settings": (K.Setting("exp", 1.0, "r2"),)})
+    assert not set(out["traj_key"]) & set(other(t, space)["traj_key"])
+    with pytest.raises(InvalidParameterError, match="publish.date"):
+        K.PublishOptions(date="month")

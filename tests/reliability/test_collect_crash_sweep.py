@@ -1,0 +1,155 @@
+"""Crash anywhere, lose nothing: `collect` dies at each write boundary in turn, then one rerun.
+
+The crash is the test seam of `jobs.fault_injection` (`TRAJPRIV_TEST_CRASH_AT=<point>:raise`):
+an `InjectedCrash` (a BaseException no handler catches) at the named boundary leaves exactly
+the durable state a SIGKILL there would (the writes before it committed, none after it began;
+tests/reliability/test_collect_faults.py kills a real driver process mid-release). Each
+boundary is hit on a dataset that was never collected ("fresh") and on one with a complete
+earlier release ("existing"). After the crash and one rerun (a new run id, as a person or
+Airflow's retry starts it), for every release in the ledger:
+- the published rows equal what the undisturbed release publishes: the release kernel applied
+  to exactly the trajectories the budget rules release (an independent oracle of the plan:
+  the first 4 trajectories of each user and week in time order), seeded by that release;
+- the ledger charges each published trajectory once: its spend equals the sum of the costs of
+  what is published, never less and never twice; no user is over budget in any week;
+- every release reached its final state (`evaluated`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs import collect as C
+from jobs import ledger as L
+from jobs.catalog import write_table
+from jobs.config import config_from_mapping
+from jobs.fault_injection import CRASH_AT, CRASH_POINTS, InjectedCrash
+from jobs.stage import execute
+from udfs import collect_kernel as K
+from udfs.space import LocationSpace
+
+pytestmark = pytest.mark.spark
+
+N_LOC = 20
+EPS, BUDGET = 2.5, 10.0  # 4 trajectories per user and week
+WEEK1, WEEK2 = dt.date(2014, 6, 2), dt.date(2014, 6, 9)
+
+
+def _raw(seed: int = 3):
+    rng = np.random.default_rng(seed)
+    locations = pd.DataFrame({"loc_id": np.arange(N_LOC, dtype=np.int32),
+                              "lat": 31.2 + rng.random(N_LOC) * 0.05,
+                              "lon": 121.4 + rng.random(N_LOC) * 0.05})
+    rows = []
+    for u in range(6):
+        for day in range(14):
+            date = WEEK1 + dt.timedelta(days=day)
+            for k in range(int(rng.choice([0, 1, 1, 2]))):
+                n = int(rng.integers(1, 6))
+                rows.append((f"crash-user-{u}", k, date,
+                             rng.integers(0, N_LOC, n).astype(int).tolist(), n))
+    trajs = pd.DataFrame(rows, columns=["user_id", "traj_id", "date", "loc_ids", "n"])
+    return locations, trajs
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return _raw()
+
+
+def _setup(spark, dataset, raw):
+    locations, trajs = raw
+    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), C.LOCATIONS,
+                partition_by=["dataset"], replace={"dataset": dataset})
+    write_table(spark.createDataFrame(
+        trajs.assign(dataset=dataset)[["dataset", "user_id", "traj_id", "date", "loc_ids", "n"]],
+        "dataset string, user_id string, traj_id int, date date, loc_ids array<int>, n int"),
+        C.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
+
+
+def _config(spark_config, dataset, start, end):
+    tree = spark_config.model_dump(mode="json")
+    tree.update(dataset=dataset, privacy={"budget": BUDGET, "window_days": 7},
+                study={"prq_km": [1.0]},
+                collect={"mechanism": "atp", "epsilon": EPS, "window_start": start.isoformat(),
+                         "window_end": end.isoformat()})
+    return config_from_mapping(tree)
+
+
+def _collect(spark, cfg, run_id):
+    return execute("collect", C.run, cfg, argparse.Namespace(fresh=False), spark, run_id)
+
+
+def _oracle(trajs: pd.DataFrame, end: dt.date) -> pd.DataFrame:
+    """The trajectories the budget rules release up to `end`: 4 per user-week, time order."""
+    t = trajs[trajs["date"] <= end].sort_values(["user_id", "date", "traj_id"])
+    week = [K.window_start_of(d, 7) for d in t["date"]]
+    return t[t.assign(week=week).groupby(["user_id", "week"]).cumcount() < 4]
+
+
+def _expected_rows(cfg, space, release_id, charged: pd.DataFrame) -> pd.DataFrame:
+    """What the undisturbed release publishes: the kernel on its trajectories, per user."""
+    kernel = C.release_kernel(cfg, [K.Setting("atp", EPS, release_id)])
+    parts = [kernel(g[["user_id", "date", "traj_id", "loc_ids"]], space)
+             for _, g in charged.groupby("user_id")]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _canon(df: pd.DataFrame) -> pd.DataFrame:
+    cols = ["pseudonym", "traj_key", "date", "loc_ids", "n"]
+    out = df[cols].assign(loc_ids=df["loc_ids"].map(lambda a: tuple(int(x) for x in a)),
+                          n=df["n"].astype(int))
+    return out.sort_values("traj_key").reset_index(drop=True)
+
+
+CASES = [(p, s) for s in ("fresh", "existing") for p in CRASH_POINTS]
+
+
+@pytest.mark.parametrize(("point", "scenario"), CASES, ids=[f"{s}-{p}" for p, s in CASES])
+def test_a_crash_at_each_write_boundary_then_one_rerun(spark, spark_config, raw, point,
+                                                       scenario, monkeypatch):
+    dataset = f"crash_{scenario}_{CRASH_POINTS.index(point)}"
+    _setup(spark, dataset, raw)
+    locations, trajs = raw
+    space = LocationSpace.from_latlon(locations["lat"], locations["lon"])
+    if scenario == "existing":  # a complete release of week 1 before the crashing run
+        _collect(spark, _config(spark_config, dataset, WEEK1, WEEK1 + dt.timedelta(6)),
+                 f"{dataset}-base")
+    cfg = _config(spark_config, dataset, WEEK1, WEEK2 + dt.timedelta(6))
+
+    monkeypatch.setenv(CRASH_AT, f"{point}:raise")
+    with pytest.raises(InjectedCrash):
+        _collect(spark, cfg, f"{dataset}-crashed")
+    monkeypatch.delenv(CRASH_AT)
+    rerun = _collect(spark, cfg, f"{dataset}-rerun")
+
+    releases = L.collect_releases(spark, dataset)
+    assert releases and all(r.complete for r in releases), releases
+    crashed_release_recorded = CRASH_POINTS.index(point) >= CRASH_POINTS.index("after_ledger")
+    assert bool(rerun["recovered_releases"]) == crashed_release_recorded
+
+    charges = L.rows(spark).where(f"dataset = '{dataset}' AND state = 'spent'").toPandas()
+    published = spark.table(C.PUBLISHED).where(f"dataset = '{dataset}'").toPandas()
+    # Spend equals what is published: one charge per published row, none twice, none missing.
+    assert not charges.duplicated(["user_id", "date", "traj_id"]).any()
+    assert sorted(charges["traj_key"]) == sorted(published["traj_key"])
+    assert charges["epsilon"].sum() == pytest.approx(EPS * len(published))
+    # The released trajectories are exactly the undisturbed plan's ...
+    want = _oracle(trajs, WEEK2 + dt.timedelta(6))
+    assert sorted(zip(charges["user_id"], charges["date"], charges["traj_id"], strict=True)) == \
+        sorted(zip(want["user_id"], want["date"], want["traj_id"], strict=True))
+    week = [K.window_start_of(d, 7) for d in charges["date"]]
+    assert charges.assign(week=week).groupby(["user_id", "week"])["epsilon"].sum().max() <= BUDGET
+    # ... and each release's published rows are the undisturbed release's, row for row.
+    for release in releases:
+        mine = charges[charges["release_id"] == release.release_id]
+        charged = trajs.merge(mine[["user_id", "date", "traj_id"]],
+                              on=["user_id", "date", "traj_id"])
+        expected = _expected_rows(cfg, space, release.release_id, charged)
+        got = published[published["release_id"] == release.release_id]
+        pd.testing.assert_frame_equal(_canon(got), _canon(expected), obj=release.release_id)
