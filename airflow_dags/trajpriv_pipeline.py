@@ -230,6 +230,9 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
         application="{{ params.project_dir }}/jobs/" + stage + ".py",
         application_args=STAGE_ARGS,
         py_files="{{ params.py_files }}",
+        # The driver JVM is spark-submit's here: make Derby's metastore files private to the
+        # owner from the start (the stages also tighten the data root at start and stop).
+        conf={"spark.driver.extraJavaOptions": "-Dderby.storage.useDefaultFilePermissions=false"},
         name=f"trajpriv-{stage}-{{{{ ds_nodash }}}}",
         env_vars={
             "PYSPARK_PYTHON": "{{ params.python }}",

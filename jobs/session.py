@@ -69,7 +69,10 @@ def catalog_conf(cfg: Config) -> dict[str, str]:
         "spark.hadoop.javax.jdo.option.ConnectionURL": (
             f"jdbc:derby:;databaseName={storage.metastore};create=true"
         ),
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={storage.root.resolve()}",
+        # Derby's own files (the metastore, derby.log) private to the owner, also when the JVM
+        # is spark-submit's and did not inherit the Python driver's umask.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={storage.root.resolve()} "
+        "-Dderby.storage.useDefaultFilePermissions=false",
     }
 
 
@@ -81,7 +84,9 @@ def get_spark(cfg: Config) -> SparkSession:
     os.umask(PRIVATE_UMASK)
     root = cfg.storage.root.resolve()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)  # the data root holds raw data and keys: its owner's only
     acquire_root(root)
+    harden_tree(root)
     check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # Derby: 1 JVM
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -181,6 +186,28 @@ def stop_spark(spark: SparkSession | None) -> None:
     """Stop the session so the embedded Derby metastore is released for the next process."""
     if spark is not None:
         spark.stop()
+    for root in list(_held_locks):
+        harden_tree(root)
+
+
+def harden_tree(root: Path) -> int:
+    """Take group and other bits off everything under `root`; returns how many it changed.
+
+    Why, beside the umask: under `spark-submit` the JVM is the parent process and keeps the
+    submitting shell's umask (Derby's metastore files, derby.log), so files it creates can be
+    0644 until a trajpriv process tightens them. Runs at every session start and stop.
+    """
+    changed = 0
+    for folder, _dirs, files in os.walk(root):
+        for path in [folder, *(os.path.join(folder, f) for f in files)]:
+            try:
+                st = os.lstat(path)
+                if st.st_mode & 0o077 and not os.path.islink(path):
+                    os.chmod(path, st.st_mode & 0o7700)
+                    changed += 1
+            except OSError:  # vanished meanwhile (a task's temporary file)
+                continue
+    return changed
 
 
 def project_root() -> Path:

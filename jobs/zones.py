@@ -25,7 +25,7 @@ _READ_VERBS = ("select", "with", "values", "table", "from", "(")
 _META_VERBS = ("show", "describe", "desc", "explain")
 # "Relation spark_catalog.db.table[cols] parquet" (a datasource table); "Relation [cols] parquet"
 # (a file read: no catalog name); HiveTableRelation [`spark_catalog`.`db`.`table`, ...].
-_RELATION = re.compile(r"(?<![A-Za-z])(?:Hive)?(?:Table)?Relation\s+\[?`?([^\[\s,]*)")
+_RELATION = re.compile(r"(?<![A-Za-z])(?:Hive)?(?:Table)?Relation\s+(\S+)")
 _CATALOG_TABLE = re.compile(r"^`?spark_catalog`?\.`?(\w+)`?\.`?\w+`?$")
 
 
@@ -55,9 +55,13 @@ def check_analyst_query(spark: SparkSession, query: str) -> None:
     plan = spark.sql(f"EXPLAIN EXTENDED {query}").collect()[0][0]
     analyzed = plan.split("== Analyzed Logical Plan ==", 1)[-1].split(
         "== Optimized Logical Plan ==", 1)[0]
-    for name in _RELATION.findall(analyzed):
-        if not name:
+    for rest in _RELATION.findall(analyzed):
+        if rest.startswith("[`"):  # HiveTableRelation [`spark_catalog`.`db`.`table`, ...
+            name = rest[1:].split(",", 1)[0]
+        elif rest.startswith("["):  # Relation [columns] parquet: a path, no catalog table
             raise ZoneError(_refusal("it reads files directly, not a published table"))
+        else:  # Relation spark_catalog.db.table[columns] parquet
+            name = rest.split("[", 1)[0]
         match = _CATALOG_TABLE.match(name.strip("`"))
         db = match.group(1) if match else None
         if db != PUBLISHED_DB:

@@ -140,3 +140,60 @@ def test_stale_partitions_are_found_from_covers_and_escaped_values(spark) -> Non
     # Without covers the same write finds the partitions itself: nothing changes.
     write_table(second, table, partition_by=["dataset", "run"], replace={"dataset": "a"})
     assert spark.table(table).count() == 3
+
+
+def test_a_first_write_over_a_leftover_folder_heals_instead_of_wedging(spark, caplog) -> None:
+    """Defect: a kill during a table's first write left its folder without a catalog entry,
+    and every later run failed with LOCATION_ALREADY_EXISTS."""
+    from jobs.catalog import managed_location
+
+    table = "trajpriv_raw.t_first_write"
+    location = managed_location(spark, table)
+    (location / "part=1").mkdir(parents=True)
+    (location / "part=1" / "part-00000.parquet").write_bytes(b"half-written")  # what a kill leaves
+    assert not spark.catalog.tableExists(table)
+    df = spark.createDataFrame([(1, "x")], "part int, v string")
+    write_table(df, table, partition_by=["part"])
+    assert spark.table(table).count() == 1
+    aside = [p for p in location.parent.iterdir() if p.name.startswith(location.name + ".orphan-")]
+    assert len(aside) == 1 and (aside[0] / "part=1" / "part-00000.parquet").exists()
+    assert any("moved aside" in r.getMessage() for r in caplog.records)
+
+
+def test_staging_left_by_a_killed_stage_is_removed_by_the_next(spark, spark_config) -> None:
+    from jobs.session import ensure_databases
+
+    leftover = spark_config.storage.root / "staging" / "ingest-killed-run"
+    leftover.mkdir(parents=True)
+    (leftover / "part-0.parquet").write_bytes(b"raw copy")
+    ensure_databases(spark, spark_config)  # what every stage's session start runs
+    assert not leftover.exists()
+
+
+def test_the_analyst_query_check_reads_only_the_published_zone(spark) -> None:
+    from jobs.zones import ZoneError, check_analyst_query
+
+    spark.createDataFrame([(1,)], "a int").write.mode("overwrite").saveAsTable(
+        "trajpriv_pub.t_zone")
+    spark.createDataFrame([(1,)], "a int").write.mode("overwrite").saveAsTable(
+        "trajpriv_raw.t_zone")
+    check_analyst_query(spark, "SELECT a FROM trajpriv_pub.t_zone")
+    check_analyst_query(spark, "WITH x AS (SELECT * FROM trajpriv_pub.t_zone) SELECT * FROM x")
+    check_analyst_query(spark, "SHOW TABLES IN trajpriv_pub")
+    spark.sql("CREATE OR REPLACE VIEW trajpriv_pub.v_zone_leak AS SELECT * FROM "
+              "trajpriv_raw.t_zone")
+    for query, why in [
+        ("SELECT * FROM trajpriv_raw.t_zone", "reads spark_catalog.trajpriv_raw.t_zone"),
+        ("SELECT * FROM trajpriv_pub.v_zone_leak", "trajpriv_raw"),  # a view over raw data
+        ("SELECT * FROM trajpriv_pub.t_zone JOIN trajpriv_raw.t_zone USING (a)", "trajpriv_raw"),
+        ("DROP TABLE trajpriv_pub.t_zone", "read-only"),
+        ("INSERT INTO trajpriv_pub.t_zone VALUES (2)", "read-only"),
+        ("SHOW PARTITIONS trajpriv_raw.t_zone", "restricted database"),
+    ]:
+        with pytest.raises(ZoneError, match=why):
+            check_analyst_query(spark, query)
+    raw_dir = next(iter(spark.sql("DESCRIBE TABLE EXTENDED trajpriv_raw.t_zone")
+                        .where("col_name = 'Location'").collect()))["data_type"]
+    with pytest.raises(ZoneError, match="reads files directly"):
+        check_analyst_query(spark, f"SELECT * FROM parquet.`{raw_dir}`")
+    assert spark.table("trajpriv_pub.t_zone").count() == 1  # the refused writes never ran

@@ -86,9 +86,9 @@ def test_evaluate_attacks_writes_membership_lira_and_home_rows(spark, spark_conf
     rows = spark.table("trajpriv_trusted.evaluation").where(
         f"dataset = '{DATASET}' AND run_id = 'eval-attk'").toPandas()
     model = rows[rows["metric"] == "whitebox_mia_auc"]
-    assert list(model["method"]) == ["pategail++"]
+    assert list(model["method"]) == [cfg.train.method]
     assert model["setting"].iloc[0] == pytest.approx(trained["epsilon"])
-    mine = rows[rows["method"] == "pategail++"].set_index("metric")["value"]
+    mine = rows[rows["method"] == cfg.train.method].set_index("metric")["value"]
     assert "distance" in mine.index  # the utility of the same model, same method and setting
     for attack in ("whitebox_mia", "lira_policy", "lira_policy_offline", "lira_critic"):
         for fig in ("auc", "balanced_accuracy", "tpr_at_1pct_fpr"):

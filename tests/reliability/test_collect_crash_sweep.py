@@ -51,9 +51,11 @@ def _raw(seed: int = 3):
             date = WEEK1 + dt.timedelta(days=day)
             for k in range(int(rng.choice([0, 1, 1, 2]))):
                 n = int(rng.integers(1, 6))
+                ts = [dt.datetime.combine(date, dt.time(8 + k)) + dt.timedelta(minutes=5 * i)
+                      for i in range(n)]
                 rows.append((f"crash-user-{u}", k, date,
-                             rng.integers(0, N_LOC, n).astype(int).tolist(), n))
-    trajs = pd.DataFrame(rows, columns=["user_id", "traj_id", "date", "loc_ids", "n"])
+                             rng.integers(0, N_LOC, n).astype(int).tolist(), ts, n))
+    trajs = pd.DataFrame(rows, columns=["user_id", "traj_id", "date", "loc_ids", "ts", "n"])
     return locations, trajs
 
 
@@ -67,8 +69,10 @@ def _setup(spark, dataset, raw):
     write_table(spark.createDataFrame(locations.assign(dataset=dataset)), C.LOCATIONS,
                 partition_by=["dataset"], replace={"dataset": dataset})
     write_table(spark.createDataFrame(
-        trajs.assign(dataset=dataset)[["dataset", "user_id", "traj_id", "date", "loc_ids", "n"]],
-        "dataset string, user_id string, traj_id int, date date, loc_ids array<int>, n int"),
+        trajs.assign(dataset=dataset)[["dataset", "user_id", "traj_id", "date", "loc_ids", "ts",
+                                       "n"]],
+        "dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
+        "ts array<timestamp>, n int"),
         C.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
 
 
