@@ -71,6 +71,12 @@ CRASH_POINTS = (
     "after_registry",  # trajpriv_pub.releases row written, `registered` not yet marked
     "after_registered_mark",
     "after_evaluation",  # trusted figures written, `evaluated` not yet marked
+    # ingest: after each of its five table writes (all or none must end up written)
+    "ingest_after_points",
+    "ingest_after_trajectories",
+    "ingest_after_slot_days",
+    "ingest_after_quarantine",
+    "ingest_after_locations",
 )
 
 
@@ -91,3 +97,8 @@ def crash_point(name: str) -> None:
     if how == "raise":
         raise InjectedCrash(name)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def ingest_written(table: str) -> None:
+    """Called by ingest after each table write (`trajpriv_raw.points` -> ingest_after_points)."""
+    crash_point(f"ingest_after_{table.split('.', 1)[1]}")

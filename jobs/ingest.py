@@ -278,20 +278,44 @@ def _refuse_if_nothing_accepted(staged, figures: dict[str, Any], plan: InputPlan
     )
 
 
-def write_tables(
-    spark, cfg: Config, staged, locations: Locations, ctx, figures: dict[str, Any], dates
-) -> int:
-    """Write the five tables from the staged union; returns the number of locations.
+READY = "READY.json"  # written into the staging folder once everything to write is staged
+LOCATIONS_FILE = "locations.parquet"
 
-    `dates`: {kind: dates} from `count_staged`, the partitions each dated table's rows cover.
+
+def stage_locations(spark, staged, locations: Locations, folder: Path, dataset: str) -> Path:
+    """The dataset's `locations` rows, staged beside the union (what `write_tables` writes)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(locations, Grid) and locations.bbox is None:
+        points = staged.where("kind = 'point'")
+        used = np.array([r[0] for r in points.select(F.col("loc_id").cast("int")).distinct()
+                         .collect()], np.int64)
+    else:
+        used = np.zeros(0, dtype=np.int64)
+    loc_pd = locations_frame(locations, used).assign(dataset=dataset)
+    path = folder / LOCATIONS_FILE
+    loc_pd[["dataset", "loc_id", "lat", "lon"]].astype({"loc_id": np.int32}).to_parquet(path)
+    return path
+
+
+def write_tables(spark, dataset: str, folder: Path, commit: dict[str, Any],
+                 figures: dict[str, Any]) -> int:
+    """Write the five tables from a staged ingest (`folder`); returns the number of locations.
+
+    `commit` is the READY record: the dates each dated table's rows cover (counted when
+    staged), the quarantine count and the ingest's start time. Each write replaces this
+    dataset's rows of one table; all the inputs come from the staging folder, so a later
+    process can redo the writes identically (`finish_pending`).
     """
     from pyspark.sql import functions as F
 
     from jobs.catalog import write_table
     from jobs.session import PUB_DB, RAW_DB
 
-    ds = F.lit(cfg.dataset).alias("dataset")
-    scope = {"dataset": cfg.dataset}
+    staged = spark.read.parquet(str(folder / "union"))
+    dates = commit["dates"]
+    ds = F.lit(dataset).alias("dataset")
+    scope = {"dataset": dataset}
     date = F.to_date("date").alias("date")
     points = staged.where("kind = 'point'").select(
         ds, "user_id", "ts", "lat", "lon", F.col("loc_id").cast("int").alias("loc_id"), date
@@ -312,23 +336,19 @@ def write_tables(
         F.coalesce(where, F.col("source")).alias("source"),
         "record",
         "reason",
-        F.lit(ctx.started_at).cast("timestamp").alias("ingested_at"),
+        F.lit(pd.Timestamp(commit["started_at"]).to_pydatetime()).cast("timestamp")
+        .alias("ingested_at"),
     )
-    if isinstance(locations, Grid) and locations.bbox is None:
-        used = np.array([r[0] for r in points.select("loc_id").distinct().collect()], np.int64)
-    else:
-        used = np.zeros(0, dtype=np.int64)
-    loc_pd = locations_frame(locations, used).assign(dataset=cfg.dataset)
-    loc_df = spark.createDataFrame(
-        loc_pd[["dataset", "loc_id", "lat", "lon"]].astype({"loc_id": np.int32}),
-        "dataset string, loc_id int, lat double, lon double",
-    )
+    loc_pd = pd.read_parquet(folder / LOCATIONS_FILE)
+    loc_df = spark.createDataFrame(loc_pd, "dataset string, loc_id int, lat double, lon double")
     timings: dict[str, float] = {}
+    from jobs import fault_injection
+
     for name, df, kind, rows in (
         (f"{RAW_DB}.points", points, "point", 0),
         (f"{RAW_DB}.trajectories", traj, "trajectory", 0),
         (f"{RAW_DB}.slot_days", slot_days, "slot_day", 0),
-        (f"{RAW_DB}.quarantine", quarantine, None, figures["records_quarantined"]),
+        (f"{RAW_DB}.quarantine", quarantine, None, commit["records_quarantined"]),
         (f"{PUB_DB}.locations", loc_df, None, len(loc_pd)),
     ):
         t0 = time.perf_counter()
@@ -345,30 +365,68 @@ def write_tables(
                 covers=covers,
             )
         timings[name.split(".")[1]] = round(time.perf_counter() - t0, 2)
+        fault_injection.ingest_written(name)
     figures["write_s"] = timings
     return len(loc_pd)
 
 
+def finish_pending(spark, cfg: Config) -> list[str]:
+    """Redo the table writes of every ingest that staged everything (READY) but was killed
+    before it removed its staging folder: the five tables are then all the new ingest's,
+    never a mix of two ingests. Runs at the start of every stage, before it reads anything."""
+    import json
+
+    root = cfg.storage.root.resolve() / "staging"
+    done = []
+    for ready in sorted(root.glob(f"ingest-*/{READY}")) if root.is_dir() else []:
+        commit = json.loads(ready.read_text())
+        log.warning("ingest %s was interrupted while writing its tables: finishing it from its "
+                    "staged rows (%s)", commit["run_id"], ready.parent)
+        write_tables(spark, commit["dataset"], ready.parent, commit, {})
+        shutil.rmtree(ready.parent, ignore_errors=True)
+        done.append(commit["run_id"])
+    return done
+
+
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
-    """The stage: plan, parse and shape into a staging area, check, then write the tables."""
+    """The stage: plan, parse and shape into a staging area, check, then write the tables.
+
+    All five tables or none: everything they will hold is staged first (union, locations,
+    the READY record); only then are they written, and a process killed among the writes
+    leaves the staging folder with its READY record, which the next trajpriv stage on this
+    root finishes before doing anything else (`finish_pending`)."""
+    import json
+
     t0 = time.perf_counter()
     plan = plan_inputs(cfg)
-    staging = cfg.storage.root.resolve() / "staging" / f"ingest-{ctx.run_id}"
+    folder = cfg.storage.root.resolve() / "staging" / f"ingest-{ctx.run_id}"
     n_read = None
+    committed = False
     try:
         if plan.kind == "slots48":
             union, locations, n_read = slots48_union(spark, cfg)
         else:
             union, locations, _ = union_rows(spark, plan, cfg.ingest.buckets)
-        union.write.mode("overwrite").parquet(str(staging))
+        union.write.mode("overwrite").parquet(str(folder / "union"))
         t_parsed = time.perf_counter() - t0
-        staged = spark.read.parquet(str(staging))
+        staged = spark.read.parquet(str(folder / "union"))
         figures, dates = count_staged(staged, plan, n_read)
         _refuse_if_nothing_accepted(staged, figures, plan)
         t_staged = time.perf_counter() - t0
-        figures["locations"] = write_tables(spark, cfg, staged, locations, ctx, figures, dates)
+        stage_locations(spark, staged, locations, folder, cfg.dataset)
+        commit = {"run_id": ctx.run_id, "dataset": cfg.dataset,
+                  "dates": {k: sorted(str(d) for d in v) for k, v in dates.items()},
+                  "records_quarantined": figures["records_quarantined"],
+                  "started_at": ctx.started_at.isoformat()}
+        tmp = folder / f".{READY}.tmp"
+        tmp.write_text(json.dumps(commit))
+        tmp.rename(folder / READY)  # atomic: from here on the writes are owed
+        committed = True
+        figures["locations"] = write_tables(spark, cfg.dataset, folder, commit, figures)
+        shutil.rmtree(folder, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not committed:  # nothing was written: the staged copy is just raw data to drop
+            shutil.rmtree(folder, ignore_errors=True)
     wall = time.perf_counter() - t0
     figures["parse_shape_s"] = round(t_parsed, 2)
     figures["count_s"] = round(t_staged - t_parsed, 2)

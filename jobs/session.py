@@ -172,6 +172,8 @@ def remove_stale_staging(cfg: Config) -> list[str]:
     removed = []
     if staging.is_dir():
         for child in staging.iterdir():
+            if (child / "READY.json").exists():  # an ingest owed its writes: finished, not lost
+                continue
             if child.is_dir():
                 shutil.rmtree(child, ignore_errors=True)
             else:

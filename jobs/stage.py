@@ -111,6 +111,7 @@ def execute(
     log.info("stage %s started (run %s, dataset %s)", stage, ctx.run_id, cfg.dataset)
     status = "failed"
     try:
+        finish_interrupted_ingests(spark, cfg, ctx)
         result = fn(spark, cfg, ctx) or {}
         ctx.figures.update(result)
         status = "ok"
@@ -143,6 +144,16 @@ def execute(
         except Exception as rec_exc:  # recording must not hide the stage's own outcome
             log.warning("could not record run %s: %s", ctx.run_id, describe_failure(rec_exc))
         log.info("stage %s %s in %.1f s", stage, status, ctx.figures["wall_s"])
+
+
+def finish_interrupted_ingests(spark: Any, cfg: Config, ctx: StageContext) -> None:
+    """Before any stage reads a table: finish an ingest killed among its table writes, so
+    the raw tables are never a mix of two ingests (`jobs.ingest.finish_pending`)."""
+    staging = cfg.storage.root.resolve() / "staging"
+    if staging.is_dir() and any(staging.glob("ingest-*/READY.json")):
+        from jobs.ingest import finish_pending
+
+        ctx.figures["finished_ingests"] = finish_pending(spark, cfg)
 
 
 def write_trusted_figures(cfg: Config, run_id: str, figures: dict[str, Any]) -> str:

@@ -258,3 +258,51 @@ def test_cli_reports_one_clear_line_and_exit_code(tmp_path):
         timeout=120,
     )
     assert done.returncode == 2 and "ingest.max_len" in done.stderr
+
+
+def _table_rows(spark, dataset: str) -> dict[str, list]:
+    """Every row of the dataset in each of the five tables, as sortable text (no dataset)."""
+    out = {}
+    for table in ("trajpriv_raw.points", "trajpriv_raw.trajectories", "trajpriv_raw.slot_days",
+                  "trajpriv_raw.quarantine", "trajpriv_pub.locations"):
+        frame = _rows(spark, table, dataset).drop(columns=["dataset", "ingested_at"],
+                                                  errors="ignore")
+        out[table] = sorted(map(str, frame.sort_index(axis=1).itertuples(index=False)))
+    return out
+
+
+def test_an_ingest_killed_among_its_table_writes_is_finished_by_the_next_stage(
+        spark, spark_config, monkeypatch):
+    """Defect: ingest wrote its five tables one by one; a kill in between left new points
+    next to old trajectories. Now all five end up the new ingest's, or none changes."""
+    from jobs.fault_injection import CRASH_AT, InjectedCrash
+
+    landing = spark_config.storage.landing / "tele_commit"
+    _telecom_files(landing)
+    cfg = _cfg(spark_config, "tele_commit", source="telecom", max_distance_km=0.5, buckets=2,
+               path=landing / "records", locations_path=landing / "stations.csv")
+    _run(spark, cfg)
+    want = _table_rows(spark, "tele_commit")
+    # A different input for the same dataset (user 1's records dropped), then a kill after
+    # the second of the five writes.
+    records = landing / "records" / "part-00000.csv"
+    records.write_text(HEADER + "2,2014-06-02 11:00:00,,31.2301,121.4702,11\n")
+    monkeypatch.setenv(CRASH_AT, "ingest_after_trajectories:raise")
+    with pytest.raises(InjectedCrash):
+        _run(spark, cfg)
+    monkeypatch.delenv(CRASH_AT)
+    half = _table_rows(spark, "tele_commit")
+    assert half["trajpriv_raw.points"] != want["trajpriv_raw.points"]  # partly written ...
+    assert half["trajpriv_raw.slot_days"] == want["trajpriv_raw.slot_days"]  # ... partly old
+    staging = spark_config.storage.root.resolve() / "staging"
+    assert list(staging.glob("ingest-*/READY.json")), "the staged commit must survive the kill"
+
+    # The next stage, whatever it is, finishes the ingest before it reads anything.
+    figures = execute("noop", lambda spark, cfg, ctx: {}, cfg, argparse.Namespace(), spark)
+    assert len(figures["finished_ingests"]) == 1
+    assert not list(staging.glob("ingest-*"))
+    done = _table_rows(spark, "tele_commit")
+    fresh = _cfg(spark_config, "tele_commit_ref", source="telecom", max_distance_km=0.5,
+                 buckets=2, path=landing / "records", locations_path=landing / "stations.csv")
+    _run(spark, fresh)
+    assert done == _table_rows(spark, "tele_commit_ref")  # what an undisturbed ingest writes
