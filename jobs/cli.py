@@ -76,7 +76,7 @@ def run_all(argv: list[str]) -> int:
                 print(f"trajpriv run: {name} disabled in config, skipped")
                 continue
             figures = harness.execute(name, mod.run, cfg, args, spark)
-            print(f"trajpriv {name}: ok {harness.summarise(figures)}")
+            print(f"trajpriv {name}: ok {harness.summarise(harness.public_view(mod.run, figures))}")
         missing = [name for name, mod in modules.items() if mod is None]
         if missing:
             print(f"trajpriv run: stages not built yet, skipped: {', '.join(missing)}")
@@ -91,8 +91,31 @@ def run_all(argv: list[str]) -> int:
         stop_spark(spark)
 
 
+def _catalog_command(prog: str, args: argparse.Namespace, body) -> int:
+    """Load the config, open the catalog, run `body(spark, cfg)`, always release the session;
+    every failure is one line on stderr and exit 2 (what `sql` and `budget` share)."""
+    harness.configure_logging()
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    from jobs.session import get_spark, stop_spark
+
+    spark = None
+    try:
+        spark = get_spark(cfg)
+        body(spark, cfg)
+        return 0
+    except Exception as exc:
+        print(f"{prog}: error: {harness.describe_failure(exc)}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    finally:
+        stop_spark(spark)
+
+
 def run_sql(argv: list[str]) -> int:
-    """Print a query's result over the catalog: the first thing a data engineer does."""
+    """Print a query's result over the published zone: the first thing a data engineer does."""
     parser = argparse.ArgumentParser(prog="trajpriv sql")
     parser.add_argument("query")
     parser.add_argument("--config", default="conf/default.yaml")
@@ -101,17 +124,8 @@ def run_sql(argv: list[str]) -> int:
     parser.add_argument("--trusted", action="store_true",
                         help="also read the raw and trusted zones (data stewards only)")
     args = parser.parse_args(argv)
-    harness.configure_logging()
-    try:
-        cfg = harness.load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"trajpriv sql: error: {exc}", file=sys.stderr)
-        return harness.EXIT_USER_ERROR
-    from jobs.session import get_spark, stop_spark
 
-    spark = None
-    try:
-        spark = get_spark(cfg)
+    def body(spark, cfg) -> None:
         if args.trusted:
             print("trajpriv sql: --trusted: the raw and trusted zones are readable in this query",
                   file=sys.stderr)
@@ -119,14 +133,9 @@ def run_sql(argv: list[str]) -> int:
             from jobs.zones import check_analyst_query
 
             check_analyst_query(spark, args.query)
-        result = spark.sql(args.query)
-        result.show(args.limit, truncate=False)
-        return 0
-    except Exception as exc:
-        print(f"trajpriv sql: error: {harness.describe_failure(exc)}", file=sys.stderr)
-        return harness.EXIT_USER_ERROR
-    finally:
-        stop_spark(spark)
+        spark.sql(args.query).show(args.limit, truncate=False)
+
+    return _catalog_command("trajpriv sql", args, body)
 
 
 def run_budget(argv: list[str]) -> int:
@@ -139,18 +148,10 @@ def run_budget(argv: list[str]) -> int:
     parser.add_argument("--user", default=None, help="one user's rows (implies --trusted)")
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     args = parser.parse_args(argv)
-    harness.configure_logging()
-    try:
-        cfg = harness.load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"trajpriv budget: error: {exc}", file=sys.stderr)
-        return harness.EXIT_USER_ERROR
-    from jobs.ledger import budget_table
-    from jobs.session import get_spark, stop_spark
 
-    spark = None
-    try:
-        spark = get_spark(cfg)
+    def body(spark, cfg) -> None:
+        from jobs.ledger import budget_table
+
         per_user = bool(args.trusted or args.user)
         table = budget_table(spark, cfg.dataset, cfg.privacy.budget, cfg.privacy.window_days,
                              per_user=per_user)
@@ -161,12 +162,8 @@ def run_budget(argv: list[str]) -> int:
               "local epsilon); training (epsilon, delta) per user beside it"
               + ("" if per_user else "; distribution over users (--trusted: per user)"))
         table.show(args.limit, truncate=False)
-        return 0
-    except Exception as exc:
-        print(f"trajpriv budget: error: {harness.describe_failure(exc)}", file=sys.stderr)
-        return harness.EXIT_USER_ERROR
-    finally:
-        stop_spark(spark)
+
+    return _catalog_command("trajpriv budget", args, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -653,9 +653,10 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         )
         why = nothing_to_release(summary, policy.user_budget)
         if why is not None:
-            log.warning("collect %s: nothing released, nothing spent: %s (%d trajectories "
-                        "already released under %s@%g)", figures["window"], why, skipped,
-                        c.mechanism, c.epsilon)
+            # No counts in the log line (raw-derived; Airflow task logs leave the trusted
+            # zone): they are in the run folder's figures.json.
+            log.warning("collect %s: nothing released, nothing spent: %s", figures["window"],
+                        why.split(" (")[0])
             figures.update(release_id=None, nothing_released=why)
             ensure_view(spark)
             return figures

@@ -107,7 +107,7 @@ def execute(
         args=args,
     )
     t0 = time.perf_counter()
-    public_keys = getattr(sys.modules.get(getattr(fn, "__module__", "")), "PUBLIC_FIGURES", None)
+    public_keys = public_figures_of(fn)
     log.info("stage %s started (run %s, dataset %s)", stage, ctx.run_id, cfg.dataset)
     status = "failed"
     try:
@@ -125,7 +125,7 @@ def execute(
         if public_keys is not None:
             # The stage lists which figures are public by design; the rest are trusted-zone
             # (raw-derived counts, diagnostics) and stay in the run folder.
-            published = {k: v for k, v in ctx.figures.items() if k in public_keys or k == "error"}
+            published = public_view(fn, ctx.figures)
             try:
                 write_trusted_figures(cfg, ctx.run_id, ctx.figures)
             except OSError as exc:
@@ -144,6 +144,20 @@ def execute(
         except Exception as rec_exc:  # recording must not hide the stage's own outcome
             log.warning("could not record run %s: %s", ctx.run_id, describe_failure(rec_exc))
         log.info("stage %s %s in %.1f s", stage, status, ctx.figures["wall_s"])
+
+
+def public_figures_of(fn: StageFn):
+    """The stage module's PUBLIC_FIGURES (None: the stage publishes every figure)."""
+    return getattr(sys.modules.get(getattr(fn, "__module__", "")), "PUBLIC_FIGURES", None)
+
+
+def public_view(fn: StageFn, figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a run that may leave the trusted zone: the runs table and the console
+    line (Airflow keeps task logs where its users read them)."""
+    keys = public_figures_of(fn)
+    if keys is None:
+        return figures
+    return {k: v for k, v in figures.items() if k in keys or k == "error"}
 
 
 def finish_interrupted_ingests(spark: Any, cfg: Config, ctx: StageContext) -> None:
@@ -188,7 +202,7 @@ def main(
     try:
         spark = get_spark(cfg)
         figures = execute(stage, fn, cfg, args, spark, args.run_id)
-        print(f"trajpriv {stage}: ok {summarise(figures)}")
+        print(f"trajpriv {stage}: ok {summarise(public_view(fn, figures))}")
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {stage}: error: {exc}", file=sys.stderr)
