@@ -47,6 +47,7 @@ from jobs.catalog import read_table, table_exists, write_table
 from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from udfs import collect_kernel as K
+from udfs.budget import times_up
 from udfs.errors import BudgetExceededError, InputDataError
 from udfs.space import LocationSpace
 
@@ -665,7 +666,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
                                  {"epsilon": float(c.epsilon), "trajectories": n_released})
         figures["explain"] = write_explain(
             cfg, ctx.run_id, explain_report(cfg, release, cost, policy, summary, space))
-        figures["epsilon_spent"] = float(total_charged(n_released, cost))
+        figures["epsilon_spent"] = times_up(cost, n_released)
 
         # 3. Spend: the planned marker and one charge per trajectory, in one append.
         fault_injection.crash_point("before_ledger")
@@ -689,13 +690,6 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     # 4. Release, register, measure: the same steps a rolled-forward release takes.
     finish_release(spark, cfg, release, space, locations, figures)
     return figures
-
-
-def total_charged(n: int, cost: float) -> float:
-    """Epsilon n charges of `cost` add up to, rounded up (privacy arithmetic rounds up)."""
-    from udfs.budget import total_up
-
-    return total_up([cost] * n) if n else 0.0
 
 
 # ----------------------------------------------------------------------------- explain

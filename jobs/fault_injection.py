@@ -62,7 +62,7 @@ def on_release_group() -> None:
 
 
 CRASH_AT = "TRAJPRIV_TEST_CRASH_AT"
-#: The collect stage's write boundaries, in the order a release passes them.
+#: The write boundaries, in the order a release (then an ingest) passes them.
 CRASH_POINTS = (
     "before_ledger",  # plan validated, nothing written
     "after_ledger",  # planned + spent rows appended
@@ -78,6 +78,10 @@ CRASH_POINTS = (
     "ingest_after_quarantine",
     "ingest_after_locations",
 )
+
+
+#: The collect stage's own boundaries (the crash sweep's points).
+COLLECT_CRASH_POINTS = tuple(p for p in CRASH_POINTS if not p.startswith("ingest_"))
 
 
 class InjectedCrash(BaseException):

@@ -184,7 +184,9 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     run_ids += [r.release_id for r in collect_releases(spark, cfg.dataset)]
     evaluation = _evaluation(spark, cfg.dataset, run_ids)
     training, train_privacy = _training(latest["train"])
-    privacy = pd.DataFrame(_ledger(spark, cfg) + train_privacy)
+    # One table for rows of different shapes (windows, training): a blank where a row has no
+    # such figure, not NaN.
+    privacy = pd.DataFrame(_ledger(spark, cfg) + train_privacy).astype(object).fillna("")
     stage_runs = runs.head(20).assign(
         wall_s=runs.head(20)["figures"].map(lambda t: json.loads(t or "{}").get("wall_s"))
     )[["run_id", "stage", "status", "finished_at", "wall_s"]]

@@ -42,6 +42,16 @@ def total_up(parts) -> float:
     return f
 
 
+def times_up(cost: float, n: int) -> float:
+    """n equal charges of `cost` added up exactly, rounded toward +inf (what `total_up` gives
+    for n copies, without n Fractions)."""
+    exact = Fraction(float(cost)) * int(n)
+    f = float(exact)
+    if Fraction(f) < exact:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
 def split(total: float, counts_weights: list[tuple[int, float]]) -> list[float]:
     """Split ``total`` into groups: group i gives each of its ``count_i`` steps
     ``total * weight_i / count_i``. Weights must sum to 1 over groups with count > 0.

@@ -242,3 +242,13 @@ def test_a_zero_cost_sweep_releases_everything_valid_unless_the_window_is_oversp
     over = (got["user_id"] == "user00") & (got["window_start"] == first)
     assert over.any() and not got.loc[over, "released"].any()
     assert got.loc[~over, "released"].all()
+
+
+@pytest.mark.parametrize(("cost", "n"), [(2.5, 1678), (0.1, 3), (0.3, 7), (1 / 3, 10), (0.7, 0)])
+def test_n_charges_add_up_exactly_and_round_toward_more_epsilon(cost, n):
+    from udfs.budget import times_up, total_up
+
+    got = times_up(cost, n)
+    assert got == (total_up([cost] * n) if n else 0.0)
+    assert Fraction(got) >= Fraction(cost) * n  # never the smaller epsilon
+    assert times_up(0.1, 3) == 0.30000000000000004  # 3 x 0.1 exceeds 0.3 in binary
