@@ -182,14 +182,6 @@ def _spec_of(part: str) -> str:
     return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
 
 
-def delete_scope(spark: SparkSession, table: str, replace: Mapping[str, Any]) -> None:
-    """Drop every partition of `table` matching `replace` (no-op if the table is missing)."""
-    if not table_exists(spark, table):
-        return
-    spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in replace.items())
-    spark.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({spec})")
-
-
 RUNS_TABLE = "trajpriv_pub.runs"
 RUNS_SCHEMA = T.StructType(
     [
