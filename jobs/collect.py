@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
-import json
 import logging
-import os
 import sys
 import time
 import uuid
@@ -721,13 +719,9 @@ def explain_report(cfg, release, cost, policy, summary, space) -> dict[str, Any]
 
 
 def write_explain(cfg: Config, run_id: str, report: dict[str, Any]) -> str:
-    folder = cfg.storage.runs_dir / run_id
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(folder, 0o700)
-    path = folder / "collect_explain.json"
-    path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
-    os.chmod(path, 0o600)
-    return str(path)
+    from jobs.stage import write_run_json
+
+    return write_run_json(cfg, run_id, "collect_explain.json", report)
 
 
 if __name__ == "__main__":  # spark-submit jobs/collect.py --config ...

@@ -170,18 +170,24 @@ def finish_interrupted_ingests(spark: Any, cfg: Config, ctx: StageContext) -> No
         ctx.figures["finished_ingests"] = finish_pending(spark, cfg)
 
 
-def write_trusted_figures(cfg: Config, run_id: str, figures: dict[str, Any]) -> str:
-    """All figures of a run as `<root>/runs/<run_id>/figures.json` (trusted zone: 0700/0600)."""
+def write_run_json(cfg: Config, run_id: str, name: str, data: dict[str, Any]) -> str:
+    """`<root>/runs/<run_id>/<name>` as JSON, in the trusted zone (folder 0700, file 0600):
+    the one writer of a run folder's figures and reports."""
     import json
     import os
 
     folder = cfg.storage.runs_dir / run_id
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
-    path = folder / "figures.json"
-    path.write_text(json.dumps(figures, indent=2, default=str, sort_keys=True), encoding="utf-8")
+    path = folder / name
+    path.write_text(json.dumps(data, indent=2, default=str, sort_keys=True), encoding="utf-8")
     os.chmod(path, 0o600)
     return str(path)
+
+
+def write_trusted_figures(cfg: Config, run_id: str, figures: dict[str, Any]) -> str:
+    """All figures of a run as `<root>/runs/<run_id>/figures.json` (trusted zone)."""
+    return write_run_json(cfg, run_id, "figures.json", figures)
 
 
 def main(
