@@ -4,7 +4,10 @@ Comparisons made for `cfg.dataset`, each one row per metric in `trajpriv_trusted
 (every one is computed from raw data, so none is published):
 - `real_train` vs real held-out days: the floor (what two samples of real behaviour differ by);
   needs the train/held-out split written by `trajpriv train`.
-- each synthetic model of the latest synthesize run vs real held-out days (setting = epsilon);
+- each synthetic model of the latest synthesize run vs real held-out days (setting = epsilon),
+  next to `uniform_random`: as many days (`synthesize.n_days`) with every slot drawn uniformly
+  from the public location map, the trivial generator a private model has to beat (the report
+  says, per model, on which metrics it does);
 - each (mechanism, epsilon) of the latest study, and each published release, vs the same raw
   trajectories: the raw and
   the perturbed points are put into 48-slot days with the raw timestamps (this runs in the
@@ -63,7 +66,7 @@ from jobs.mobility_spark import (
 from jobs.shaping import build_slot_days
 from udfs.errors import InputDataError, InvalidTrajectoryError
 from udfs.mobility import compare_summaries, metric_bins, validate_coords
-from udfs.mobility_bins import MetricBins
+from udfs.mobility_bins import SLOTS, MetricBins
 from udfs.mobility_stats import DaySummary
 
 log = logging.getLogger("trajpriv.evaluate")
@@ -75,6 +78,19 @@ LOCATIONS = "trajpriv_pub.locations"
 SYNTHETIC = "trajpriv_pub.synthetic_trajectories"
 PERTURBED = "trajpriv_pub.perturbed_trajectories"
 HELD_OUT = "held-out"  # the group of the real days every other table is compared with
+UNIFORM_BASELINE = "uniform_random"  # method of the trivial generator beside synthetic days
+UNIFORM_SEED = 0  # one fixed draw: the baseline is the same in every evaluate run
+
+
+def uniform_days(spark: SparkSession, n_locations: int, n_days: int) -> DataFrame:
+    """(part, slots): n_days days of SLOTS slots, each slot a uniform dense location row.
+
+    Needs only the public location count, so it is a baseline any analyst could publish; the
+    rows are dense indices already (no remapping)."""
+    rng = np.random.default_rng(UNIFORM_SEED)
+    slots = rng.integers(n_locations, size=(n_days, SLOTS), dtype=np.int32)
+    pdf = pd.DataFrame({"part": UNIFORM_BASELINE, "slots": list(slots)})
+    return spark.createDataFrame(pdf, "part string, slots array<int>")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -438,6 +454,9 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
             mine = (F.col("model") == row["model"]) & (F.col("epsilon") == row["epsilon"])
             label = F.when(mine, F.lit(name)).otherwise(label)
         parts.append(remap_slots(synth, loc_ids, label).where(F.col("part").isNotNull()))
+        if targets:
+            tables.append((UNIFORM_BASELINE, UNIFORM_BASELINE, None))
+            parts.append(uniform_days(spark, len(coords), cfg.synthesize.n_days))
     if tables:
         t0 = time.perf_counter()
         days = remap_slots(held_out, loc_ids, F.lit(HELD_OUT))

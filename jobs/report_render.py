@@ -30,6 +30,7 @@ MEMBERSHIP_METRIC = re.compile(
 ATTACK_CONTEXT = ("attack_users", "lira_shadows")
 ATTACK_LABELS = {"whitebox_mia": "white-box MIA (critics)", "lira_policy": "LiRA, policy",
                  "lira_policy_offline": "LiRA, policy, offline", "lira_critic": "LiRA, critic"}
+UNIFORM_BASELINE = "uniform_random"  # jobs.evaluate's trivial generator beside synthetic days
 KIND_STYLE = {
     "real": ("#1b9e77", "o"),
     "perturbed": ("#d95f02", "x"),
@@ -210,6 +211,33 @@ def utility_and_attacks(evaluation: pd.DataFrame) -> pd.DataFrame:
     return wide[["method", "setting", *cols]]
 
 
+def baseline_verdicts(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Per synthetic model of an evaluate run: the mobility metrics on which its days are closer
+    to the real held-out days than the same run's uniform random days, and a plain verdict.
+
+    A private model that does not beat uniform on a metric has learnt nothing usable about it
+    at its epsilon; the report says so rather than leaving it to a reader to compare rows."""
+    from models.config import SCHEMES
+
+    cols = ["method", "setting", "beats uniform on", "loses to uniform on", "verdict"]
+    rows = evaluation[evaluation["metric"].isin(MOBILITY_METRICS)]
+    out = []
+    for run_id, run in rows.groupby("run_id"):
+        base = run[run["method"] == UNIFORM_BASELINE].set_index("metric")["value"]
+        if base.empty:
+            continue
+        for (method, setting), model in run[run["method"].isin(SCHEMES)].groupby(
+                ["method", "setting"], dropna=False):
+            vals = model.set_index("metric")["value"]
+            shared = [m for m in MOBILITY_METRICS if m in vals.index and m in base.index]
+            wins = [m for m in shared if vals[m] < base[m]]
+            losses = [m for m in shared if m not in wins]
+            verdict = ("beats uniform random on every metric" if not losses else
+                       f"does NOT beat uniform random on {len(losses)} of {len(shared)} metrics")
+            out.append((method, setting, ", ".join(wins), ", ".join(losses), verdict))
+    return pd.DataFrame(out, columns=cols)
+
+
 def _wide(rows: pd.DataFrame) -> pd.DataFrame:
     """(method, setting, metric, value) rows -> one row per (method, setting) that occurs
     (a setting may be missing, as for `raw`), one column per metric."""
@@ -247,10 +275,16 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     }
     membership = membership_table(inputs.evaluation)
     home = home_table(inputs.evaluation)
+    verdicts = baseline_verdicts(inputs.evaluation)
     sections = [
         f"<h1>trajpriv report: {html.escape(inputs.dataset)}</h1>",
         "<h2>Every utility metric per method and setting</h2>",
         _table_html(metric_table(inputs.evaluation)),
+        "<h2>Synthetic days against uniform random</h2>",
+        "<p>Per trained model: the divergences (lower is better) on which its synthetic days "
+        "are closer to the real held-out days than days drawn uniformly from the public map "
+        "(<code>uniform_random</code> above).</p>",
+        _table_html(verdicts),
         "<h2>Utility and attacks of the same run</h2>",
         "<p>Mobility divergences (lower is better) next to the membership-inference AUCs of the "
         "same trained model (0.5 = the attacker cannot tell training days from held-out days "
@@ -291,6 +325,7 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "evaluation": inputs.evaluation.to_dict(orient="records"),
         "training": inputs.training.to_dict(orient="records"),
         "privacy": inputs.privacy.to_dict(orient="records"),
+        "against_uniform": verdicts.to_dict(orient="records"),
         "attacks": {"membership": membership.to_dict(orient="records"),
                     "home": home.to_dict(orient="records")},
         "map_points": int(len(inputs.map_points)),

@@ -72,3 +72,28 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     listy.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
         load_config(listy)
+
+
+GEOLIFE = Path(__file__).resolve().parents[3] / "shared" / "data" / "geolife_pategail"
+
+
+@pytest.mark.skipif(not (GEOLIFE / "real.data").exists(), reason="needs ../shared/data")
+@pytest.mark.parametrize("name", ["geolife.yaml", "geolife_compensated.yaml"])
+def test_geolife_configs_plan_all_their_rounds_within_the_target(name: str) -> None:
+    """Issue 15: conf/geolife.yaml trained 0 rounds and reported ok (its target could not pay
+    one round). Each shipped Geolife config now plans every round under its target."""
+    from jobs.train import model_config
+    from models.budget import planned_epsilon
+    from models.data import load_geolife
+
+    mc = model_config(load_config(CONF_DIR / name))
+    data, _, _ = load_geolife(GEOLIFE)
+    assert planned_epsilon(mc, data.n_users, data.coords, mc.rounds) <= mc.target_epsilon
+
+
+def test_a_shipped_config_exercises_dynamics_compensation() -> None:
+    """Issue 15: beta was implemented and accounted, but no config turned it on."""
+    from jobs.train import model_config
+
+    betas = {p.name: model_config(load_config(p)).beta for p in CONF_DIR.glob("*.yaml")}
+    assert betas["geolife_compensated.yaml"] > 0, betas

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from jobs import evaluate as eval_stage
+from udfs.mobility import METRICS
 from jobs import stage as harness
 from jobs import synthesize as synth_stage
 from jobs import train as train_stage
@@ -98,6 +99,10 @@ def test_evaluate_attacks_writes_membership_lira_and_home_rows(spark, spark_conf
     assert mine["attack_users"] == 8 and mine["lira_shadows"] == 2
     raw = rows[rows["method"] == "raw"].set_index("metric")["value"]
     assert 0 <= raw["home_reid_share_within_km"] <= 1
+    # the trivial generator beside the synthetic days, on every mobility metric
+    uniform = rows[rows["method"] == eval_stage.UNIFORM_BASELINE].set_index("metric")["value"]
+    assert set(uniform.index) == set(METRICS)
+    assert ((uniform > 0) & (uniform <= np.log(2) + 1e-9)).all()
 
 
 def test_attack_settings_are_validated(tmp_path):

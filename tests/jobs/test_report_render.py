@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.report_render import ReportInputs, render_report
+from jobs.report_render import MOBILITY_METRICS, ReportInputs, baseline_verdicts, render_report
 
 
 def _inputs() -> ReportInputs:
@@ -56,6 +56,24 @@ def test_report_holds_every_number(tmp_path: Path) -> None:
     page = html_path.read_text()
     assert page.count("data:image/png;base64,") == 4
     assert "pategail++" in page
+
+
+def test_report_says_plainly_where_a_model_does_not_beat_uniform(tmp_path: Path) -> None:
+    rows = [("e1", "d", "uniform_random", None, m, 0.5) for m in MOBILITY_METRICS]
+    rows += [("e1", "d", "pategail", "9.3", m, 0.6 if m == "dailyloc" else 0.2)
+             for m in MOBILITY_METRICS]
+    rows += [("e1", "d", "pategail++", "9.3", m, 0.1) for m in MOBILITY_METRICS]
+    rows += [("e1", "d", "real_train", None, m, 0.01) for m in MOBILITY_METRICS]
+    evaluation = pd.DataFrame(
+        rows, columns=["run_id", "dataset", "method", "setting", "metric", "value"])
+    verdicts = baseline_verdicts(evaluation).set_index("method")
+    assert set(verdicts.index) == {"pategail", "pategail++"}  # trained models only
+    assert verdicts.loc["pategail", "loses to uniform on"] == "dailyloc"
+    assert verdicts.loc["pategail", "verdict"] == "does NOT beat uniform random on 1 of 6 metrics"
+    assert verdicts.loc["pategail++", "verdict"] == "beats uniform random on every metric"
+    html_path, json_path = render_report(ReportInputs("d", evaluation), tmp_path)
+    assert "does NOT beat uniform random on 1 of 6 metrics" in html_path.read_text()
+    assert len(json.loads(json_path.read_text())["against_uniform"]) == 2
 
 
 def test_report_without_data_still_renders(tmp_path: Path) -> None:
