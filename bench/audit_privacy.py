@@ -23,9 +23,14 @@ Method (a held-out selection split, so choosing the best event costs no Bonferro
      the Laplace rows are exactly tight (true loss = eps), so each can fail by chance with
      probability <= alpha_row; seed 0 did so for k-RR at eps 4 (bound 4.001: its held-out count
      was 3.6 sigma low; the sampler is unbiased over 3e7 draws); the default is the project seed.
+Approximate DP (the Gaussian reward releases, claimed (eps, delta) with delta = 1e-5): every
+event E of an (eps, delta)-DP mechanism has P1(E) <= e^eps P2(E) + delta, so the bound is
+ln((lower(P1) - delta) / upper(P2)), the same test with delta subtracted; the claimed epsilon is
+the accountant's (PLD) for the event the release spends, and the code is a fine bin of the
+standardised log-likelihood-ratio statistic Z (a Gaussian's LLR is linear in the output).
 Rows marked "broken" are deliberately over-spending variants that MUST fail (they show the audit
 has power); the script exits 1 if a correct row fails, 3 if a broken row passes.
-Runtime about 2-3 minutes on one busy core at the default sample size (printed at the end).
+Runtime about 4 minutes on one busy core at the default sample size (printed at the end).
 """
 
 from __future__ import annotations
@@ -64,11 +69,12 @@ def cp_upper(k, n, a):
     return np.where(k < n, stats.beta.ppf(1 - a, k + 1, np.maximum(n - k, 1e-300)), 1.0)
 
 
-def log_ratio_bound(k1, k2, n1, n2, a):
-    """ln(lower(P1) / upper(P2)) with each CP bound at level 1 - a (-inf where k1 = 0)."""
+def log_ratio_bound(k1, k2, n1, n2, a, delta=0.0):
+    """ln((lower(P1) - delta) / upper(P2)) with each CP bound at level 1 - a (-inf where the
+    numerator is <= 0); delta = 0 for pure DP."""
     lo, hi = cp_lower(k1, n1, a), cp_upper(k2, n2, a)
     with np.errstate(divide="ignore"):
-        return np.log(lo) - np.log(hi)
+        return np.log(np.maximum(lo - delta, 0.0)) - np.log(hi)
 
 
 @dataclass
@@ -80,8 +86,11 @@ class Bound:
     n: int  # samples per input drawn (selection + bound halves)
 
 
-def _candidates(c1: np.ndarray, c2: np.ndarray, extra: Sequence[np.ndarray]) -> list[np.ndarray]:
+def _candidates(c1: np.ndarray, c2: np.ndarray, extra: Sequence[np.ndarray],
+                prefixes: bool = True) -> list[np.ndarray]:
     """Candidate events (boolean masks over codes): LR-sorted prefixes plus ``extra`` masks."""
+    if not prefixes:
+        return [np.asarray(e, bool) for e in extra]
     order = np.argsort(-(c1 + 0.5) / (c2 + 0.5), kind="stable")
     order = order[(c1 + c2)[order] > 0]
     masks = []
@@ -94,12 +103,16 @@ def _candidates(c1: np.ndarray, c2: np.ndarray, extra: Sequence[np.ndarray]) -> 
 
 def audit_codes(pairs: Sequence[tuple[np.ndarray, np.ndarray]], n_codes: int, *,
                 alpha: float = ALPHA, extra: Sequence[np.ndarray] = (),
-                describe: Callable[[np.ndarray], str] | None = None) -> Bound:
+                describe: Callable[[np.ndarray], str] | None = None,
+                delta: float = 0.0, prefixes: bool = True) -> Bound:
     """Lower-bound max_E ln(P1(E)/P2(E)) and its reverse from sampled output codes.
 
     ``pairs``: for each candidate neighbouring pair, the codes drawn under input 1 and input 2
     (equal sizes). The first half of each array selects (pair, event) per direction; the second
     half bounds it (see the module docstring). Returns the larger of the two direction bounds.
+    ``delta`` > 0 bounds the epsilon of an (eps, delta) claim instead of a pure one;
+    ``prefixes=False`` selects among ``extra`` only (when the optimal events are known, e.g. the
+    tails of a Gaussian's LLR statistic, fewer candidates overfit the selection half less).
     """
     best = Bound(-math.inf, "none", 0, "P1/P2", 0)
     for direction in ("P1/P2", "P2/P1"):
@@ -109,11 +122,11 @@ def audit_codes(pairs: Sequence[tuple[np.ndarray, np.ndarray]], n_codes: int, *,
             h = min(a1.size, a2.size) // 2
             s1 = np.bincount(a1[:h], minlength=n_codes)
             s2 = np.bincount(a2[:h], minlength=n_codes)
-            masks = _candidates(s1, s2, extra)
+            masks = _candidates(s1, s2, extra, prefixes)
             if not masks:
                 continue
             m = np.stack(masks)
-            sc = log_ratio_bound(m @ s1, m @ s2, h, h, alpha / 4)
+            sc = log_ratio_bound(m @ s1, m @ s2, h, h, alpha / 4, delta)
             j = int(np.argmax(sc))
             if sc[j] > score:
                 score, chosen = float(sc[j]), (i, masks[j])
@@ -124,7 +137,7 @@ def audit_codes(pairs: Sequence[tuple[np.ndarray, np.ndarray]], n_codes: int, *,
         h = min(a1.size, a2.size) // 2
         e1, e2 = a1[h:], a2[h:]
         k1, k2 = int(mask[e1].sum()), int(mask[e2].sum())
-        val = float(log_ratio_bound(k1, k2, e1.size, e2.size, alpha / 4))
+        val = float(log_ratio_bound(k1, k2, e1.size, e2.size, alpha / 4, delta))
         if val > best.value:
             desc = describe(mask) if describe else f"{int(mask.sum())} codes"
             best = Bound(val, desc, i, direction, a1.size)
@@ -163,7 +176,7 @@ def _marginals(n_loc: int, length: int) -> dict[tuple[int, int], np.ndarray]:
             for i in range(length) for a in range(n_loc)}
 
 
-def _bin_describe(edges: np.ndarray):
+def _bin_describe(edges: np.ndarray, var: str = "y"):
     """Codes 0..len(edges): code c = values in [edges[c-1], edges[c]) (open ends at 0 / last)."""
 
     def describe(mask: np.ndarray) -> str:
@@ -171,7 +184,7 @@ def _bin_describe(edges: np.ndarray):
         lo = "-inf" if ids.min() == 0 else f"{edges[ids.min() - 1]:.3f}"
         hi = "inf" if ids.max() == len(edges) else f"{edges[ids.max()]:.3f}"
         span = ids.max() - ids.min() + 1
-        what = "y in" if span == ids.size else f"{ids.size} of the {span} bins in"
+        what = f"{var} in" if span == ids.size else f"{ids.size} of the {span} bins in"
         return f"{what} [{lo}, {hi})"
 
     return describe
@@ -185,6 +198,7 @@ class Row:
     broken: bool
     run: Callable[[int, np.random.Generator, float], Bound]
     inputs: str
+    delta: float = 0.0  # > 0: an (eps, delta) claim (Gaussian rows)
     bound: Bound | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -454,6 +468,93 @@ def _llr_event(mask):
     return f"{what} [{lo:.2f}, {hi:.2f}] (T = LLR statistic)"
 
 
+# ------------------------------------------------------------------ Gaussian releases
+GAUSS_B = 16
+GAUSS_DELTA = 1e-5
+GAUSS_CHUNK = 50_000  # draws per release call (memory)
+
+
+def _pld_epsilon(event) -> float:
+    from models.accounting import PrivacyAccountant
+
+    acc = PrivacyAccountant(GAUSS_DELTA, method="pld")
+    acc.spend(event)
+    return acc.epsilon()
+
+
+def gaussian_multiplier_for(eps: float) -> float:
+    """The Gaussian noise multiplier whose accounted (PLD) epsilon at GAUSS_DELTA is eps."""
+    import dp_accounting
+
+    lo, hi = 0.05, 100.0
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        lo, hi = ((mid, hi) if _pld_epsilon(dp_accounting.GaussianDpEvent(mid)) > eps
+                  else (lo, mid))
+    return hi
+
+
+def _z_codes(z: np.ndarray, top: float, step: float = 0.05) -> np.ndarray:
+    edges = np.arange(-6.0, top + 6.0, step)
+    return np.searchsorted(edges, z, "right"), edges
+
+
+def gaussian_row(eps: float, scheme: str = "pategail", broken: bool = False) -> Row:
+    """A Gaussian reward release over B = 16 samples per draw (N = 10, one user's rewards 0 vs
+    1 on every sample). `scheme` pategail: UniformGaussian; pategail++: SensitivityAwareGaussian
+    with a fixed public pilot (linspace 0..1: sds spread about 3.4x). Broken: the sd computed as
+    if the L2 sensitivity were Delta_f (forgetting sqrt(B)), i.e. noise 4x too small, while the
+    claim stays the correct mechanism's."""
+    import torch
+
+    from models.aggregation import SensitivityAwareGaussian, UniformGaussian
+    from models.aggregation.base import delta_f
+    from models.aggregation.sensitivity import gaussian_scales
+
+    df, b = delta_f(N_USERS), GAUSS_B
+    m = gaussian_multiplier_for(eps)
+    sigma = m * math.sqrt(b) * df  # correct: L2 sensitivity sqrt(B) Delta_f
+    prior = torch.linspace(0, 1, b, dtype=torch.float64)
+    make = ((lambda s: UniformGaussian(s)) if scheme == "pategail"
+            else (lambda s: SensitivityAwareGaussian(s, delta_prime=0.1)))
+    kw = {} if scheme == "pategail" else {"prior": prior}
+    spent = []
+    make(sigma).release(_moments(0.0, b), gen=torch.Generator(), spend=spent.append, **kw)
+    claimed = _pld_epsilon(spent[0])
+    agg = make(sigma / math.sqrt(b) if broken else sigma)
+    sd_claimed = gaussian_scales(None if scheme == "pategail" else prior, sigma, b, 0.1).numpy()
+    mu = math.sqrt(float(np.sum((df / sd_claimed) ** 2)))  # = 1 / multiplier of the claim
+    m0 = OTHERS * (N_USERS - 1) / N_USERS
+
+    def run(n, rng, alpha):
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        outs = []
+        for target in (0.0, 1.0):
+            zs = []
+            for start in range(0, n, GAUSS_CHUNK):
+                k = min(GAUSS_CHUNK, n - start)
+                kwk = {} if scheme == "pategail" else {"prior": prior.repeat(k)}
+                rel = agg.release(_moments(target, k * b), gen=gen, spend=lambda e: None, **kwk)
+                y = rel.mean.numpy().reshape(k, b)
+                # standardised LLR statistic of the CLAIMED mechanism: N(0,1) vs N(mu,1)
+                zs.append(((y - m0) * (df / sd_claimed ** 2)).sum(1) / mu)
+            codes, edges = _z_codes(np.concatenate(zs), mu)
+            outs.append(codes)
+        c = np.arange(edges.size + 1)  # Neyman-Pearson: the optimal events are Z-tails
+        tails = [c >= t for t in c[1:]] + [c < t for t in c[1:]]
+        return audit_codes([tuple(outs)], edges.size + 1, alpha=alpha, extra=tails,
+                           describe=_bin_describe(edges, "Z"), delta=GAUSS_DELTA,
+                           prefixes=False)
+
+    assert abs(claimed - eps) < 0.03 * eps, (claimed, eps)  # the grid: steps < 1.1% in m
+    label = "PateGAIL uniform Gaussian" if scheme == "pategail" else (
+        "PateGAIL++ Gaussian (history pilot)")
+    name = f"{label}, BROKEN: sd from Delta_f, not sqrt(B) Delta_f" if broken else label
+    return Row("Gaussian (training)", name, claimed, broken, run,
+               f"N = {N_USERS}, one user's rewards 0 vs 1 on B = {b} samples; "
+               f"delta = {GAUSS_DELTA:g}; Z = LLR statistic in 0.05 bins", GAUSS_DELTA)
+
+
 # ------------------------------------------------------------------ driver
 def rows() -> list[Row]:
     out: list[Row] = []
@@ -463,6 +564,9 @@ def rows() -> list[Row]:
         out += [traj_row(fam, e) for e in EPSILONS] + [traj_row(fam, 1.0, broken=True)]
     for make in (uniform_laplace_row, pgpp_row):
         out += [make(e) for e in EPSILONS] + [make(1.0, broken=True)]
+    for scheme in ("pategail", "pategail++"):
+        out += [gaussian_row(e, scheme) for e in EPSILONS]
+    out.append(gaussian_row(1.0, "pategail", broken=True))
     return out
 
 
@@ -478,7 +582,8 @@ def markdown(table: list[Row], n: int, seconds: float, alpha: float, seed: int) 
         verdict = ("FAIL (expected: broken)" if r.broken and r.failed else
                    "PASS (NO POWER: broken row passed)" if r.broken else
                    "FAIL" if r.failed else "pass")
-        lines.append(f"| {r.mechanism} | {r.eps:g} | {b.value:.3f} | {b.n:,} | {b.event} "
+        claim = f"{r.eps:.4g}" + (f" (delta {r.delta:g})" if r.delta else "")
+        lines.append(f"| {r.mechanism} | {claim} | {b.value:.3f} | {b.n:,} | {b.event} "
                      f"({b.direction}) | {r.inputs} | {verdict} |")
     lines.append("")
     lines.append(f"Held-out selection split (first half selects the event, second half bounds "

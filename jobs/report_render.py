@@ -222,7 +222,7 @@ def baseline_verdicts(evaluation: pd.DataFrame) -> pd.DataFrame:
     cols = ["method", "setting", "beats uniform on", "loses to uniform on", "verdict"]
     rows = evaluation[evaluation["metric"].isin(MOBILITY_METRICS)]
     out = []
-    for run_id, run in rows.groupby("run_id"):
+    for _run_id, run in rows.groupby("run_id"):
         base = run[run["method"] == UNIFORM_BASELINE].set_index("metric")["value"]
         if base.empty:
             continue

@@ -313,7 +313,8 @@ PUBLIC_FIGURES = {
     "epsilon": "dp", "delta": "config", "basic_epsilon": "dp", "accountant": "config",
     "target_epsilon": "config", "privacy_model": "config", "epsilon_covers": "config",
     "local_epsilon_per_round": "dp", "method": "config", "critic": "config", "noise": "config",
-    "pilot": "config", "beta": "config", "rounds_done": "dp", "stopped_reason": "dp",
+    "pilot": "config", "beta": "config", "mechanism": "config", "sampling": "config",
+    "rounds_done": "dp", "stopped_reason": "dp",
     "resumed_at_round": "config", "num_processes": "config", "blocks": "config",
     "users": "public", "reward_mean": "dp", "epsilon_by_round": "dp", "warnings": "config",
     "stage_s": "time", "train_launch_s": "time", "seconds_per_round": "time",
@@ -330,13 +331,25 @@ COVERS = {
 }
 
 
+def epsilon_covers(mc: TrainConfig) -> str:
+    """What the published epsilon covers, in words (the neighbouring relation included)."""
+    if mc.privacy_model == "central" and mc.sampling == "poisson":
+        return COVERS["central"].replace(
+            "against replacing one user's whole data",
+            "against adding or removing one user's whole data (Poisson-sampled rounds, "
+            f"rate {mc.participation:g})")
+    return COVERS[mc.privacy_model]
+
+
 def quality_warnings(mc: TrainConfig) -> list[str]:
     """Plain-language warnings that follow from the settings alone (public)."""
     out = []
-    sd = math.sqrt(2) * mc.noise
+    gaussian = mc.mechanism == "gaussian"
+    sd = mc.noise if gaussian else math.sqrt(2) * mc.noise  # `noise` is sigma or lambda
     if mc.privacy_model == "central" and sd >= 0.5:
-        out.append(f"released rewards are mostly noise: Laplace noise sd {sd:.3g} per generated "
-                   "pair on critic rewards in [0, 1]; expect a policy near its initial one")
+        out.append(f"released rewards are mostly noise: {'Gaussian' if gaussian else 'Laplace'} "
+                   f"noise sd {sd:.3g} per generated pair on critic rewards in [0, 1]; expect "
+                   "a policy near its initial one")
     return out
 
 
@@ -351,10 +364,10 @@ def figures_of(summary: dict, mc: TrainConfig, meta: dict, t_stage: float, t_lau
         "epsilon": acct["epsilon"], "delta": acct["delta"],
         "basic_epsilon": acct["basic_epsilon"], "accountant": acct["method"],
         "target_epsilon": acct["target_epsilon"],
-        "privacy_model": mc.privacy_model, "epsilon_covers": COVERS[mc.privacy_model],
+        "privacy_model": mc.privacy_model, "epsilon_covers": epsilon_covers(mc),
         "local_epsilon_per_round": ([h["epsilon_batch"] for h in hist] if local else None),
         "method": mc.scheme, "critic": mc.critic_kind, "noise": mc.noise, "pilot": mc.pilot,
-        "beta": mc.beta,
+        "beta": mc.beta, "mechanism": mc.mechanism, "sampling": mc.sampling,
         "rounds_done": summary["rounds_done"], "stopped_reason": summary["stopped_reason"],
         "resumed_at_round": summary["resumed_at"],
         "num_processes": summary["world"], "blocks": summary["blocks"],

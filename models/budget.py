@@ -7,7 +7,12 @@ its fixed fraction. Later rounds of a sensitivity-aware scheme split the same ba
 budget unevenly, which the RDP/PLD accountant charges a little more for; the trainer's
 accountant checks every release before it is drawn, so the plan is the floor, not the promise.
 Central schemes: per-sample Laplace multiplier lambda * N (sensitivity 1/N); local schemes:
-lambda per user (sensitivity 1, reported as local epsilon).
+lambda per user (sensitivity 1, reported as local epsilon). Gaussian releases
+(`mechanism="gaussian"`): one GaussianDpEvent per batch with multiplier sigma * N / sqrt(B)
+(L2 sensitivity sqrt(B)/N); the sensitivity-aware Gaussian scheme matches that multiplier exactly
+in every round, so for it the plan is the cost, not a floor. Poisson rounds
+(`sampling="poisson"`): N is the public expected count q * N_total and each round's event is
+wrapped in PoissonSampledDpEvent(q, .) (amplification; add/remove-one neighbouring).
 """
 
 from __future__ import annotations
@@ -28,7 +33,22 @@ def pairs_per_round(cfg: TrainConfig) -> int:
 
 
 def n_participants(cfg: TrainConfig, n_users: int) -> int:
+    """Users of a fixed-size round (the expected count, rounded, of a Poisson round)."""
     return n_users if cfg.participation >= 1 else max(1, int(round(cfg.participation * n_users)))
+
+
+def normaliser(cfg: TrainConfig, n_users: int) -> float:
+    """The public N of the sensitivity 1/N: the fixed round's user count, or q * N_total."""
+    if cfg.sampling == "poisson":
+        return cfg.participation * n_users
+    return float(n_participants(cfg, n_users))
+
+
+def sampled(cfg: TrainConfig, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """A round's event as charged: Poisson-sampled (amplified) or in full (fixed-size)."""
+    if cfg.sampling == "poisson" and cfg.participation < 1:
+        return dp_accounting.PoissonSampledDpEvent(cfg.participation, event)
+    return event
 
 
 def start_events(cfg: TrainConfig, coords: np.ndarray) -> dp_accounting.DpEvent:
@@ -44,6 +64,9 @@ def round_events(cfg: TrainConfig, n_users: int, noise: float | None = None
     lam = cfg.noise if noise is None else noise
     b = pairs_per_round(cfg)
     local = cfg.privacy_model == "local"
+    if cfg.mechanism == "gaussian":  # one Gaussian per batch, L2 sensitivity sqrt(B) / N
+        g = dp_accounting.GaussianDpEvent(lam * normaliser(cfg, n_users) / math.sqrt(b))
+        return sampled(cfg, dp_accounting.ComposedDpEvent([g, g] if cfg.beta > 0 else [g]))
     mult = lam if local else lam * n_participants(cfg, n_users)
     events = [dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(mult), b)]
     if cfg.scheme in ("pategail++", "ldp++") and cfg.pilot == "laplace":

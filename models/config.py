@@ -17,6 +17,8 @@ LOCAL_SCHEMES = ("ldp", "ldp++")
 # PateGAIL++ a WGAN-GP critic per user; the LDP variants follow their central counterparts
 PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": "wgan"}
 PILOTS = ("history", "laplace")
+MECHANISMS = ("laplace", "gaussian")
+SAMPLINGS = ("fixed", "poisson")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,13 @@ class TrainConfig:
     seed: int = 0
     rounds: int = 100
     scheme: str = "pategail++"  # pategail | pategail++ | ldp | ldp++ (LDP without/with weights)
-    noise: float = 0.1  # lambda: Laplace scale of the matched uniform scheme
+    # per released pair of the matched uniform scheme: the Laplace scale lambda (mechanism
+    # "laplace", noise sd sqrt(2) lambda) or the Gaussian standard deviation sigma ("gaussian")
+    noise: float = 0.1
+    # the reward release: "laplace" (B composed Laplace releases a batch, pure epsilon each) or
+    # "gaussian" (one Gaussian mechanism on the (B,) mean vector, L2 sensitivity sqrt(B)/N;
+    # central schemes, history pilot; models/aggregation/uniform.py UniformGaussian)
+    mechanism: str = "laplace"
     # sensitivity-aware pilot: "history" = the previous rounds' released rewards of pairs with the
     # same public key (slot, action, at home), free post-processing; "laplace" = a fresh noisy
     # release costing pilot_fraction of the batch budget (the paper's)
@@ -33,7 +41,12 @@ class TrainConfig:
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0  # dynamics compensation weight; 0 disables (no variance release)
+    # users per round: "fixed" = round(participation * N) users drawn without replacement, every
+    # round charged in full (no amplification claimed); "poisson" = each user independently with
+    # probability q = participation, mean released as sum / (q N), accounted with amplification
+    # (PoissonSampledDpEvent; add/remove-one neighbouring; gaussian, beta = 0 only)
     participation: float = 1.0
+    sampling: str = "fixed"
     # environment
     k_nearest: int = 200
     explore_exponent: float = 0.6
@@ -88,6 +101,27 @@ class TrainConfig:
             raise bad("critic_kind", "must be 'wgan' or 'bce'")
         if self.accountant not in ("rdp", "pld"):
             raise bad("accountant", "must be 'rdp' or 'pld'")
+        if self.mechanism not in MECHANISMS:
+            raise bad("mechanism", f"must be one of {MECHANISMS}")
+        if self.sampling not in SAMPLINGS:
+            raise bad("sampling", f"must be one of {SAMPLINGS}")
+        if self.mechanism == "gaussian" and self.scheme in LOCAL_SCHEMES:
+            raise bad("mechanism", f"the local schemes {LOCAL_SCHEMES} release Laplace noise "
+                      "only; use mechanism='laplace' or a central scheme")
+        if self.mechanism == "gaussian" and self.scheme == "pategail++" and self.pilot != "history":
+            raise bad("pilot", "the Gaussian sensitivity-aware release takes the free history "
+                      "pilot only; set pilot='history' or mechanism='laplace'")
+        if self.sampling == "poisson":
+            if self.scheme in LOCAL_SCHEMES:
+                raise bad("sampling", "Poisson amplification is offered for the central schemes "
+                          "only; use sampling='fixed'")
+            if self.mechanism != "gaussian":
+                raise bad("sampling", "a Laplace round is B composed Laplace releases, which "
+                          "neither dp_accounting accountant amplifies jointly (PLD: one Laplace "
+                          "event, RDP: Gaussians); set mechanism='gaussian' or sampling='fixed'")
+            if self.beta > 0:
+                raise bad("sampling", "the variance release (beta > 0) has no bounded "
+                          "sensitivity with a public normaliser; set beta=0 or sampling='fixed'")
         for name in ("noise", "pilot_fraction", "delta_prime", "critic_lr", "policy_lr", "clip",
                      "start_hist_epsilon"):
             if not 0 < getattr(self, name) < math.inf:

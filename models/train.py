@@ -3,7 +3,12 @@
 One round (`_Run.one_round`; `comm` is `LocalComm` here and a torch.distributed world in
 `models.distributed`; every random draw is shard-invariant, so W ranks reproduce one process):
   1. participation: a random fraction of ALL users takes part (numpy Generator, same on every
-     rank); a rank keeps the participants among its own users;
+     rank); a rank keeps the participants among its own users. `sampling="fixed"`: exactly
+     round(participation * N) users, charged in full (no amplification claimed);
+     `sampling="poisson"`: each user independently with probability q = participation, its
+     release normalised by the public q * N and charged as PoissonSampledDpEvent(q, .). A round
+     that samples nobody still releases (pure noise) and is charged: skipping it would publish
+     that the sample was empty, which the amplification bound does not cover;
   2. the E episodes are cut into `blocks` equal blocks, each rolled out with its own generator
      (seeded from the rollout stream); rank r rolls out a contiguous run of blocks, and the
      generated pairs are all-gathered in block order                          [all-gather]
@@ -23,10 +28,11 @@ completed round (a run that ends with 0 rounds fails).
 
 What a round record holds. Its top-level keys are public: DP releases (reward_mean: mean of the
 released rewards; epsilon_batch) and their post-processing (PPO losses, entropy, clip fraction,
-action frequencies of the generated days), counts fixed by the config (participants) and
-timings; `ROUND_PUBLIC` lists them. Under `"trusted"` it keeps figures computed from private data
-without noise (critic loss, the exact mean reward, the pilot's correlation with it): they stay in
-the run folder (history.json, mode 0700) and are never logged at INFO or published.
+action frequencies of the generated days), counts fixed by the config (participants; None in
+Poisson rounds, whose sample size is not public) and timings; `ROUND_PUBLIC` lists them. Under
+`"trusted"` it keeps figures computed from private data without noise or not public (critic
+loss, the exact mean reward, the pilot's correlation with it, the round's participant count):
+they stay in the run folder (history.json, mode 0700) and are never logged at INFO or published.
 W ranks equal one process up to the order of floating-point sums (all-reduce, DDP); see
 tests/models/test_distributed.py for the tolerance.
 
@@ -55,10 +61,16 @@ import torch
 from torch import nn
 
 from models.accounting import PrivacyAccountant
-from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
+from models.aggregation import (
+    LdpReward,
+    SensitivityAware,
+    SensitivityAwareGaussian,
+    UniformGaussian,
+    UniformLaplace,
+)
 from models.aggregation.base import laplace
 from models.aggregation.pilot import HistoryPilot, pair_keys
-from models.budget import check_one_round
+from models.budget import check_one_round, normaliser, sampled
 from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
 from models.config import TrainConfig
 from models.critic_store import UserCritics, critic_shard
@@ -88,6 +100,10 @@ ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_lo
 
 
 def make_scheme(cfg: TrainConfig):
+    if cfg.mechanism == "gaussian":  # central schemes only (TrainConfig checks)
+        if cfg.scheme == "pategail":
+            return UniformGaussian(cfg.noise, cfg.beta, cfg.delta)
+        return SensitivityAwareGaussian(cfg.noise, cfg.delta_prime, cfg.beta, cfg.delta)
     if cfg.scheme == "pategail":
         return UniformLaplace(cfg.noise, cfg.beta)
     if cfg.scheme == "pategail++":
@@ -119,9 +135,16 @@ def make_generators(seed: int) -> tuple[dict[str, torch.Generator], np.random.Ge
     return gens, np.random.default_rng(seqs[-1])
 
 
-def participants(n_users: int, fraction: float, rng: np.random.Generator) -> torch.Tensor:
+def participants(n_users: int, fraction: float, rng: np.random.Generator,
+                 sampling: str = "fixed") -> torch.Tensor:
+    """Sorted indices of a round's users: `fixed`, round(fraction * n_users) (at least one)
+    without replacement; `poisson`, each user independently with probability `fraction` (one
+    uniform draw per user of ALL users, so the sample does not depend on sharding; may be
+    empty)."""
     if fraction >= 1:
         return torch.arange(n_users)
+    if sampling == "poisson":
+        return torch.as_tensor(np.flatnonzero(rng.random(n_users) < fraction))
     k = max(1, int(round(fraction * n_users)))
     return torch.as_tensor(np.sort(rng.choice(n_users, size=k, replace=False)))
 
@@ -376,7 +399,9 @@ class _Run:
         self.load_shard(sd)
 
     def load_shared(self, sd: dict) -> None:
-        old = dict(sd["config"])
+        # a field added after the checkpoint was written counts as its default there
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        old = {**defaults, **dict(sd["config"])}
         now = self.cfg.to_dict()
         diff = [k for k in now if k != "rounds" and old.get(k) != now[k]]
         if sd.get("blocks", 1) != self.blocks:
@@ -454,7 +479,7 @@ class _Run:
     def one_round(self) -> dict:
         cfg, g, comm = self.cfg, self.gens, self.comm
         t0 = time.perf_counter()
-        users = participants(self.n_total, cfg.participation, self.rng)
+        users = participants(self.n_total, cfg.participation, self.rng, cfg.sampling)
         mine = torch.isin(self.rows, users)
         lu, gu = mine.nonzero().squeeze(1), self.rows[mine]  # local and global indices
         roll_seeds, ppo_seeds = _seeds(g["rollout"], self.blocks), _seeds(g["ppo"], self.blocks)
@@ -483,14 +508,19 @@ class _Run:
             rel_rewards, eps_batch, rel_mean = rel.rewards, rel.epsilon_spent, rel.mean
         else:
             mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))
+            kw: dict[str, Any] = {"prior": prior} if self.pilot is not None else {}
+            if cfg.sampling == "poisson":  # public normaliser q * N (beta = 0: one release)
+                kw["normaliser"] = normaliser(cfg, self.n_total)
 
             def release():
-                rel = self.scheme.release(mom, gen=g["noise"], spend=self.accountant.spend,
-                                          **({"prior": prior} if self.pilot is not None else {}))
-                raw = mom.sum / mom.count  # trusted-zone diagnostics, never published
+                rel = self.scheme.release(
+                    mom, gen=g["noise"], spend=lambda e: self.accountant.spend(sampled(cfg, e)),
+                    **kw)
+                raw = mom.sum / max(mom.count, 1)  # trusted-zone diagnostics, never published
                 return {"rewards": rel.rewards, "eps": rel.epsilon_spent, "mean": rel.mean,
-                        "raw_mean": float(raw.mean()),
-                        "pilot_corr": None if rel.pilot is None else _corr(rel.pilot, raw)}
+                        "raw_mean": float(raw.mean()) if mom.count else None,
+                        "pilot_corr": (None if rel.pilot is None or not mom.count
+                                       else _corr(rel.pilot, raw))}
 
             out = self._from_rank0(release)
             rel_rewards, eps_batch, rel_mean = out["rewards"], out["eps"], out["mean"]
@@ -509,8 +539,11 @@ class _Run:
                                               dtype=torch.float64))
         acts = comm.all_reduce_sum(torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
                                    .double())
-        trusted["critic_loss"] = float(cl[0] / cl[1])
-        return {"round": self.round, "participants": int(users.shape[0]),
+        trusted["critic_loss"] = float(cl[0] / cl[1]) if float(cl[1]) > 0 else None
+        # a Poisson sample's size is not public (publishing it would void the amplification)
+        poisson = cfg.sampling == "poisson" and cfg.participation < 1
+        trusted["participants"] = int(users.shape[0])
+        return {"round": self.round, "participants": None if poisson else int(users.shape[0]),
                 "reward_mean": float(rewards.mean()),
                 "policy_loss": float(np.mean(stats["policy_loss"])),
                 "value_loss": float(np.mean(stats["value_loss"])),

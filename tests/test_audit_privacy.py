@@ -74,3 +74,22 @@ def test_selection_split_holds_out_the_bounding_half():
 
 def test_vectorised_pategail_pp_sampler_matches_release():
     audit.check_pgpp_equivalence()
+
+
+@pytest.mark.parametrize("scheme", ["pategail", "pategail++"])
+def test_correct_gaussian_release_passes_the_audit(scheme):
+    """(eps, delta) claim of the Gaussian reward release: bound <= eps with probability
+    >= 1 - ALPHA (Clopper-Pearson with delta subtracted)."""
+    row = audit.gaussian_row(1.0, scheme)
+    bound = row.run(N, np.random.default_rng(4), ALPHA).value
+    assert bound <= row.eps, f"false rejection (rate <= {ALPHA}): {bound:.3f} > {row.eps:.3f}"
+    assert bound > 0.2, f"audit too weak on the Gaussian release: {bound:.3f}"
+
+
+def test_gaussian_release_with_sd_from_the_wrong_sensitivity_fails_the_audit():
+    """Noise 4x too small (sd from Delta_f instead of sqrt(B) Delta_f, B = 16): the true
+    multiplier is a quarter of the claimed one, epsilon about 5 instead of 1; at 20,000
+    bounding draws the tail event's bound is about 2 (a pass would need a > 8-sigma miss)."""
+    row = audit.gaussian_row(1.0, "pategail", broken=True)
+    bound = row.run(N, np.random.default_rng(5), ALPHA).value
+    assert bound > row.eps, f"broken Gaussian not detected: {bound:.3f} <= {row.eps:.3f}"

@@ -1,8 +1,10 @@
-"""Reward aggregation schemes, one per module: uniform Laplace (PateGAIL), sensitivity-aware
-(PateGAIL++), LDP reward (users perturb their own rewards)."""
+"""Reward aggregation schemes, one per module: uniform Laplace or Gaussian (PateGAIL),
+sensitivity-aware Laplace or Gaussian (PateGAIL++), LDP reward (users perturb their own
+rewards)."""
 
 from models.aggregation.ldp import LdpReward
-from models.aggregation.sensitivity import SensitivityAware
-from models.aggregation.uniform import UniformLaplace
+from models.aggregation.sensitivity import SensitivityAware, SensitivityAwareGaussian
+from models.aggregation.uniform import UniformGaussian, UniformLaplace
 
-__all__ = ["LdpReward", "SensitivityAware", "UniformLaplace"]
+__all__ = ["LdpReward", "SensitivityAware", "SensitivityAwareGaussian", "UniformGaussian",
+           "UniformLaplace"]

@@ -9,14 +9,19 @@ composition handles). Hence, per generated sample:
   mean  m = (1/N) sum_u R_u            Delta_f = 1/N
   var   v = (1/N) sum_u (R_u - m)^2    Delta_v = (N - 1) / N^2   (derivation in models/PROOF.md)
 and over a batch of B samples the user's change touches all B coordinates, so the batch's
-user-level privacy loss is the composition over its B per-sample releases.
+user-level privacy loss is the composition over its B per-sample releases (Laplace), or, seen as
+one vector, a change of L2 norm at most sqrt(B) * Delta_f (Gaussian: one mechanism per batch).
+Poisson user sampling (`sampling="poisson"`, Gaussian only) changes the relation to add/remove
+one user with a public normaliser (`normaliser`; models/PROOF.md section 8).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dp_accounting
 import torch
+from dp_accounting.rdp import RdpAccountant
 
 from udfs.errors import InvalidParameterError
 
@@ -27,9 +32,15 @@ def laplace(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
     return e[0] - e[1]
 
 
-def delta_f(n: int) -> float:
-    """L1 sensitivity of a mean of n rewards in [0, 1] under user replacement."""
-    if n < 1:
+def gaussian(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Standard normal draws (float64)."""
+    return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
+def delta_f(n: float) -> float:
+    """Per-sample sensitivity of a mean of n rewards in [0, 1] under user replacement, or of a
+    sum divided by a public normaliser n (Poisson rounds: n = q * N) under add/remove."""
+    if not n > 0:
         raise InvalidParameterError(f"need at least one participating user; got {n}")
     return 1.0 / n
 
@@ -37,6 +48,13 @@ def delta_f(n: int) -> float:
 def delta_v(n: int) -> float:
     """L1 sensitivity of the population variance of n rewards in [0, 1] (0 for n = 1)."""
     return (n - 1) / (n * n)
+
+
+def gaussian_epsilon(events: dp_accounting.DpEvent, delta: float) -> float:
+    """(epsilon, delta) of Gaussian events alone (RDP), the per-batch figure of a Release."""
+    acc = RdpAccountant()
+    acc.compose(events)
+    return float(acc.get_epsilon(delta))
 
 
 def compensate(mean: torch.Tensor, var_noisy: torch.Tensor | None, beta: float
@@ -55,13 +73,19 @@ class Release:
     rewards: torch.Tensor  # R^ fed to PPO
     mean: torch.Tensor  # noisy mean R
     xi: torch.Tensor  # compensation term (0 when off)
-    eps_per_sample: torch.Tensor  # epsilon of each sample's mean release
+    # Laplace: epsilon of each sample's mean release; Gaussian: its Gaussian-DP share
+    # mu_i = Delta_f / sigma_i (the batch's mu is the L2 norm of these)
+    eps_per_sample: torch.Tensor
     pilot: torch.Tensor | None
-    epsilon_spent: float  # basic-composition epsilon of this batch (all its releases)
+    # Laplace: basic-composition epsilon of this batch (all its releases); Gaussian (no pure
+    # epsilon): the batch's (epsilon, delta) alone, RDP at the scheme's delta
+    epsilon_spent: float
+    noise_sd: torch.Tensor | None = None  # sd of the noise of each sample's mean release
 
 
 def check_common(noise: float, beta: float) -> None:
     if not noise > 0:
-        raise InvalidParameterError(f"noise (Laplace scale lambda) must be > 0; got {noise}")
+        raise InvalidParameterError(f"noise (Laplace scale lambda or Gaussian sd sigma) must be "
+                                    f"> 0; got {noise}")
     if beta < 0:
         raise InvalidParameterError(f"beta (dynamics compensation) must be >= 0; got {beta}")

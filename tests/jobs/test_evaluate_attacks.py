@@ -18,7 +18,6 @@ import pandas as pd
 import pytest
 
 from jobs import evaluate as eval_stage
-from udfs.mobility import METRICS
 from jobs import stage as harness
 from jobs import synthesize as synth_stage
 from jobs import train as train_stage
@@ -26,6 +25,7 @@ from jobs.config import load_config
 from jobs.shaping import points_from_slot_days
 from tests.models._attack_toy import walk_data
 from udfs.errors import ConfigError
+from udfs.mobility import METRICS
 
 DATASET = "attack_toy"
 OPTIONS = ("{seed: 3, episodes_per_round: 8, k_nearest: 10, critic_hidden: 8, critic_batch: 16,"
