@@ -14,9 +14,12 @@ Every cell is the mean and spread (sd) over `--seeds` seeds. Also reported: the 
 correlation with the exact per-pair mean reward (pategail++, trusted-zone diagnostic from the
 history's "trusted" part, mean over rounds 2..), and the DP start distribution's JSD against the
 real start distribution and the share of synthetic starts where no real day starts.
+`--pretrain N` / `--critic-steps K` set `critic_pretrain_steps` / `critic_steps` (issue 16
+lever 1); each run's JSON then also holds `critic_gap`, the trusted-zone gap per round.
 Prints a table and writes JSON (--out). Realdata: needs ../shared/data.
 Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/reproduce_pategail.py [--rounds 50]
        [--seeds 0,1,2] [--noises 0.1,1.0] [--epsilons 35] [--out results.json]
+       [--pretrain 0] [--critic-steps 2]
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarr
     sp = res.start_probs.numpy()
     return {"epsilon": res.accountant["epsilon"], "rounds": res.rounds_done, "seconds": secs,
             "pilot_corr": float(np.mean(corr)) if corr else None,
+            "critic_gap": [h["trusted"].get("critic_gap") for h in res.history],
             "start_jsd": start_jsd(sp, true_starts),
             "starts_off": float(np.isin(days[:, 0], np.flatnonzero(true_starts == 0)).mean()),
             **jsd_metrics(test, days, data.coords, "paper")}
@@ -95,6 +99,8 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=0.0)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--pretrain", type=int, default=0, help="critic_pretrain_steps")
+    ap.add_argument("--critic-steps", type=int, default=2, help="critic_steps a round")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -116,7 +122,8 @@ def main() -> None:
     rows.append({"method": "env + real action freq", "setting": "not private",
                  **{c: (float(np.mean([u[c] for u in ef])), float(np.std([u[c] for u in ef])))
                     for c in COLS}})
-    base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes, beta=args.beta)
+    base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes, beta=args.beta,
+                       critic_pretrain_steps=args.pretrain, critic_steps=args.critic_steps)
     plans = [(f"noise {x}", {"noise": float(x)}) for x in args.noises.split(",") if x]
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         lam = noise_for_epsilon(base, data.n_users, data.coords, args.rounds, e)

@@ -57,8 +57,12 @@ class TrainConfig:
     spectral_norm: bool = False
     critic_hidden: int = 32
     critic_lr: float = 1e-3
-    critic_steps: int = 2
+    critic_steps: int = 2  # critic steps a round, before the round's rewards are scored
     critic_batch: int = 64
+    # steps each user's critic takes before the first release, against the public rollouts of
+    # the initial policy and its own real pairs (local data only, nothing released: costs no
+    # epsilon, models/PROOF.md section 1); a resumed run does not pretrain again
+    critic_pretrain_steps: int = 0
     score_chunk_elems: int = 1 << 24
     # policy / PPO
     loc_dim: int = 16
@@ -134,6 +138,8 @@ class TrainConfig:
             raise bad("participation", "must lie in (0, 1]")
         if not 0 < self.delta < 1:
             raise bad("delta", "must lie in (0, 1)")
+        if self.critic_pretrain_steps < 0:
+            raise bad("critic_pretrain_steps", "must be >= 0")
         if self.beta < 0 or self.lambda_gp < 0:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
         if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:

@@ -703,3 +703,26 @@ def local_moments(critics: BatchedCritics, features: torch.Tensor, users: torch.
     if inverse is not None:
         s, q = s[inverse], q[inverse]
     return Moments(s, q, int(users.shape[0]))
+
+
+@torch.no_grad()
+def real_reward_means(critics: BatchedCritics, real: torch.Tensor, counts: torch.Tensor,
+                      users: torch.Tensor, chunk_elems: int = 1 << 24) -> torch.Tensor:
+    """(A,) float64: each user's mean reward R_u = sigmoid(D_u) over ALL its own real pairs
+    (rows `real[u, :counts[u]]`; the padding is masked). Exact critic outputs of private data:
+    a trusted-zone diagnostic (`train._Run.one_round`'s `critic_gap`), never released. In-sample:
+    these are the pairs the critic trains on, so a gap can include memorisation. Chunked over
+    users so at most about `chunk_elems` hidden activations exist at once."""
+    a, n_max = users.shape[0], real.shape[1]
+    out = torch.zeros(a, dtype=torch.float64, device=real.device)
+    if a == 0:
+        return out
+    step = max(1, chunk_elems // max(1, n_max * critics.layout.h))
+    cnt = counts.to(real.device)
+    cols = torch.arange(n_max, device=real.device)
+    for i in range(0, a, step):
+        u = users[i:i + step].to(real.device)
+        r = torch.sigmoid(critics(real[u], u)).double()  # (a, n_max)
+        mask = cols[None, :] < cnt[u][:, None]
+        out[i:i + u.shape[0]] = (r * mask).sum(1) / cnt[u].clamp_min(1).double()
+    return out

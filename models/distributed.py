@@ -298,7 +298,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
         log.info("rank %d resumed at round %d, epsilon %.4g", comm.rank, run.round,
                  run.accountant.epsilon())
     else:
-        run.setup_start_histogram()
+        run.setup()
     last = cfg.rounds if job.stop_after is None else min(cfg.rounds, job.stop_after)
     save = ((lambda: save_sharded(run, job.checkpoint_dir, comm)) if job.checkpoint_dir
             else None)

@@ -25,13 +25,19 @@ Budget is planned before the start distribution is drawn (`models.budget.check_o
 target that cannot pay one round fails, naming the costs) and checked inside step 5 before each
 noise draw; a refused release ends training with `stopped_reason` set and the policy of the last
 completed round (a run that ends with 0 rounds fails).
+Before round 1 a fresh run (not a resumed one) may pretrain every critic for
+`critic_pretrain_steps` steps against rollouts of the initial policy (`_Run.setup`,
+`pretrain_critics`): local data only, nothing released, no epsilon (models/PROOF.md section 1).
 
 What a round record holds. Its top-level keys are public: DP releases (reward_mean: mean of the
 released rewards; epsilon_batch) and their post-processing (PPO losses, entropy, clip fraction,
 action frequencies of the generated days), counts fixed by the config (participants; None in
 Poisson rounds, whose sample size is not public) and timings; `ROUND_PUBLIC` lists them. Under
 `"trusted"` it keeps figures computed from private data without noise or not public (critic
-loss, the exact mean reward, the pilot's correlation with it, the round's participant count):
+loss, the exact mean reward, the pilot's correlation with it, the round's participant count, and
+`critic_gap`: the participants' mean over users of mean R_u(u's own real pairs) - mean
+R_u(generated batch), R = sigmoid(D), from exact critic outputs after the round's critic steps;
+per-rank sums all-reduced like the moments; None under LDP, where no exact sum is formed):
 they stay in the run folder (history.json, mode 0700) and are never logged at INFO or published.
 W ranks equal one process up to the order of floating-point sums (all-reduce, DDP); see
 tests/models/test_distributed.py for the tolerance.
@@ -81,6 +87,7 @@ from models.critics import (
     critic_rewards,
     critic_update,
     local_moments,
+    real_reward_means,
 )
 from models.data import TrainData
 from models.env import MobilityEnv
@@ -476,30 +483,70 @@ class _Run:
         per = self.blocks // self.comm.world
         return range(self.comm.rank * per, (self.comm.rank + 1) * per)
 
+    def generate(self, gen: torch.Generator) -> tuple[Rollout, torch.Tensor]:
+        """Roll out the current policy: block seeds and starts drawn from `gen` (the same on
+        every rank), this rank's blocks rolled out, the pairs' features all-gathered in block
+        order. Returns (this rank's Rollout, all generated features (E * (T - 1), F))."""
+        cfg = self.cfg
+        roll_seeds = _seeds(gen, self.blocks)
+        starts = torch.multinomial(self.start_probs.float(), cfg.episodes_per_round,
+                                   replacement=True, generator=gen)
+        e_b = cfg.episodes_per_round // self.blocks
+        ro = cat_rollouts([rollout(self.policy, self.value, self.env,
+                                   starts[b * e_b:(b + 1) * e_b], _gen(roll_seeds[b]))
+                           for b in self.my_blocks()])
+        return ro, self.comm.all_gather_cat(ro.traj.flat("features"))
+
+    def pretrain_critics(self) -> None:
+        """`critic_pretrain_steps` steps of EVERY user's critic (this rank's users) before the
+        first release: one batch of rollouts of the initial policy from the released start
+        distribution (public: a function of the seed and a DP release only), then the usual
+        batched steps against each user's own real pairs. Releases nothing and spends no
+        epsilon (models/PROOF.md section 1): a user's critic stays a function of its own data
+        and public inputs. Its random draws come from a stream of their own (seeded from the
+        `init` stream), so the rounds' streams are those of a run without pretraining."""
+        cfg = self.cfg
+        if cfg.critic_pretrain_steps == 0:
+            return
+        gen = _gen(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
+        _, feats = self.generate(gen)
+        lu = torch.arange(self.rows.shape[0])
+        for _ in range(cfg.critic_pretrain_steps):
+            critic_step_rows(self.critics, self.critic_opt, self.real, self.counts, feats, lu,
+                             self.rows, self.n_total, cfg.critic_batch, cfg.critic_kind,
+                             cfg.lambda_gp, gen)
+
+    def setup(self) -> None:
+        """What a fresh (not resumed) run does before round 1: plan and release the start
+        distribution, then pretrain the critics (`critic_pretrain_steps`)."""
+        self.setup_start_histogram()
+        self.pretrain_critics()
+
     def one_round(self) -> dict:
         cfg, g, comm = self.cfg, self.gens, self.comm
         t0 = time.perf_counter()
         users = participants(self.n_total, cfg.participation, self.rng, cfg.sampling)
         mine = torch.isin(self.rows, users)
         lu, gu = mine.nonzero().squeeze(1), self.rows[mine]  # local and global indices
-        roll_seeds, ppo_seeds = _seeds(g["rollout"], self.blocks), _seeds(g["ppo"], self.blocks)
-        starts = torch.multinomial(self.start_probs.float(), cfg.episodes_per_round,
-                                   replacement=True, generator=g["rollout"])
+        ppo_seeds = _seeds(g["ppo"], self.blocks)
         e_b = cfg.episodes_per_round // self.blocks
-        ro = cat_rollouts([rollout(self.policy, self.value, self.env,
-                                   starts[b * e_b:(b + 1) * e_b], _gen(roll_seeds[b]))
-                           for b in self.my_blocks()])
-        feats = comm.all_gather_cat(ro.traj.flat("features"))
+        ro, feats = self.generate(g["rollout"])
         t1 = time.perf_counter()
         for _ in range(cfg.critic_steps):
             closs = critic_step_rows(self.critics, self.critic_opt, self.real, self.counts, feats,
                                      lu, gu, self.n_total, cfg.critic_batch, cfg.critic_kind,
                                      cfg.lambda_gp, g["critic"])
+        # trusted-zone diagnostic: this rank's sum over its participants of mean R_u(real_u);
+        # not under LDP (the server must not see any exact aggregate of a user's critic)
+        ldp = isinstance(self.scheme, LdpReward)
+        real_sum = (0.0 if ldp else float(real_reward_means(
+            self.critics, self.real, self.counts, lu, cfg.score_chunk_elems).sum()))
         t2 = time.perf_counter()
         keys = pair_keys(feats) if self.pilot is not None else None
         prior = self.pilot.estimate(keys) if self.pilot is not None else None
         trusted: dict[str, Any] = {"critic_loss": None}
-        if isinstance(self.scheme, LdpReward):
+        gen_sum = None  # sum over participants of mean R_u(generated) (central schemes)
+        if ldp:
             # scored on the device; each user's rewards are perturbed with its own noise row
             # before anything is summed (no unperturbed sum exists in this mode)
             rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems).cpu()
@@ -508,6 +555,8 @@ class _Run:
             rel_rewards, eps_batch, rel_mean = rel.rewards, rel.epsilon_spent, rel.mean
         else:
             mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))
+            count = mom.count
+            gen_sum = float(mom.sum.sum()) / max(1, mom.sum.shape[0]) if count else None
             kw: dict[str, Any] = {"prior": prior} if self.pilot is not None else {}
             if cfg.sampling == "poisson":  # public normaliser q * N (beta = 0: one release)
                 kw["normaliser"] = normaliser(cfg, self.n_total)
@@ -535,11 +584,12 @@ class _Run:
                                    self.env, self.ppo, [_gen(ppo_seeds[b]) for b in mine_eps],
                                    self.blocks, comm)
         t4 = time.perf_counter()
-        cl = comm.all_reduce_sum(torch.tensor([float(closs.double().sum()), float(closs.numel())],
-                                              dtype=torch.float64))
+        cl = comm.all_reduce_sum(torch.tensor([float(closs.double().sum()), float(closs.numel()),
+                                               real_sum], dtype=torch.float64))
         acts = comm.all_reduce_sum(torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
                                    .double())
         trusted["critic_loss"] = float(cl[0] / cl[1]) if float(cl[1]) > 0 else None
+        trusted["critic_gap"] = None if gen_sum is None else (float(cl[2]) - gen_sum) / count
         # a Poisson sample's size is not public (publishing it would void the amplification)
         poisson = cfg.sampling == "poisson" and cfg.participation < 1
         trusted["participants"] = int(users.shape[0])
@@ -604,7 +654,7 @@ def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | No
         run.load_state_dict(ckpt)
         log.info("resumed at round %d, epsilon %.4g", run.round, run.accountant.epsilon())
     else:
-        run.setup_start_histogram()
+        run.setup()
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
     save = ((lambda: save_checkpoint(to_cpu(run.state_dict()), checkpoint_dir))
             if checkpoint_dir else None)
