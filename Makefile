@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= conf/default.yaml
 
-.PHONY: run test venv browser bench clean-data airflow-venv airflow-run dist
+.PHONY: run test venv browser postgres-deps postgres bench clean-data airflow-venv airflow-run dist
 
 venv: $(STAMP)
 
@@ -20,14 +20,32 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/trajpriv run --config $(CONFIG)
 
-test: $(STAMP) browser airflow-venv
-	$(VPY) -m pytest -q
+# Two workers (pytest-xdist): most tests wait on JVM starts and subprocesses; the Airflow tests
+# share one metadata DB, so they stay on one worker (xdist_group "airflow", --dist loadgroup).
+test: $(STAMP) browser postgres-deps airflow-venv
+	$(VPY) -m pytest -q -n 2 --dist loadgroup
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium for the report test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# The PostgreSQL metastore (catalog.metastore: postgres): Debian's server and JDBC driver. A
+# machine without apt (or not root) skips the install; its PostgreSQL tests then skip, saying why.
+PG_JAR := /usr/share/java/postgresql.jar
+postgres-deps:
+	-@{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } \
+	  && test -f $(PG_JAR) || { \
+	  echo "installing Debian's postgresql and libpostgresql-jdbc-java for the metastore tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends postgresql libpostgresql-jdbc-java >/dev/null; }
+
+# A local server for the metastore on PG_DIR (prints the JDBC URL for catalog.postgres_url).
+PG_DIR ?= $(CURDIR)/.postgres
+PG_PORT ?= 5433
+postgres: $(STAMP) postgres-deps
+	$(VPY) -m jobs.metastore_pg start --dir $(PG_DIR) --port $(PG_PORT)
 
 clean-data:
 	rm -rf data

@@ -109,6 +109,10 @@ def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
     writer = df.write.format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
+    if location is not None:
+        from jobs.fault_injection import on_first_write
+
+        on_first_write(table, lambda: writer.save(str(location)))
     writer.saveAsTable(table)
 
 

@@ -104,7 +104,7 @@ def _catalog_command(prog: str, args: argparse.Namespace, body) -> int:
 
     spark = None
     try:
-        spark = get_spark(cfg)
+        spark = get_spark(cfg, readonly=True)
         body(spark, cfg)
         return 0
     except Exception as exc:
@@ -126,6 +126,9 @@ def run_sql(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body(spark, cfg) -> None:
+        from jobs.zones import check_read_only
+
+        check_read_only(args.query)  # also with --trusted: sql never writes
         if args.trusted:
             print("trajpriv sql: --trusted: the raw and trusted zones are readable in this query",
                   file=sys.stderr)

@@ -40,6 +40,8 @@ class StorageConfig(_Section):
     # seconds a job waits for another process to release the embedded Derby metastore of this
     # root (one JVM at a time) before it fails saying which process holds it
     metastore_wait_s: float = Field(60.0, ge=0)
+    # a stage refuses to start on a disk with less free space than this (MiB)
+    min_free_mb: float = Field(256.0, ge=0)
 
     @property
     def warehouse(self) -> Path:
@@ -61,6 +63,28 @@ class StorageConfig(_Section):
     def secrets(self) -> Path:
         """Keys (pseudonym key, run seeds) kept inside the raw zone's reach, mode 0700."""
         return self.root.resolve() / "secrets"
+
+
+class CatalogConfig(_Section):
+    """Where the Hive metastore lives. `embedded` (default): Derby under `storage.root`, one
+    Spark process at a time. `postgres`: a PostgreSQL database (`postgres_url`, one database per
+    data root), so `trajpriv sql` and other Spark sessions read while a stage writes; stages on
+    one root still run one at a time (the ledger's plan-then-charge must not race).
+    `postgres_password_env` names the environment variable holding the password (never the
+    password itself in a config); `jdbc_jar` is the PostgreSQL JDBC driver Spark loads."""
+
+    metastore: Literal["embedded", "postgres"] = "embedded"
+    postgres_url: str = "jdbc:postgresql://127.0.0.1:5433/trajpriv_metastore"
+    postgres_user: str = "postgres"
+    postgres_password_env: str | None = None
+    jdbc_jar: Path = Path("/usr/share/java/postgresql.jar")
+
+    @field_validator("postgres_url")
+    @classmethod
+    def _jdbc(cls, value: str) -> str:
+        if not value.startswith("jdbc:postgresql://"):
+            raise ValueError("must be a PostgreSQL JDBC URL: jdbc:postgresql://host:port/db")
+        return value
 
 
 class SparkConfig(_Section):
@@ -387,6 +411,7 @@ class Config(_Section):
     seed: int = Field(20260601, ge=0)  # numpy SeedSequence entropy must be >= 0
     storage: StorageConfig = Field(default_factory=StorageConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     datagen: DatagenConfig = Field(default_factory=DatagenConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)

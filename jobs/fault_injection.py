@@ -11,13 +11,18 @@ Spark's Python workers), so nothing in a config or a table can switch them on.
   creates the marker file (atomically, so it fires once per marker) SIGKILLs its own Python
   worker after `KILL_AFTER_GROUPS` users, i.e. after it has already streamed rows back.
 - `TRAJPRIV_TEST_RELEASE_REACHED=<path>`: the first release task to start creates the file and
-  then stalls for `STALL_S` seconds, so a test can kill the driver while the perturbation stage
+  then stalls for `STALL_S` seconds (or `TRAJPRIV_TEST_STALL_S`), so a test can kill the driver
+  (or query the catalog) while the perturbation stage
   is running (before anything is published).
 - `TRAJPRIV_TEST_CRASH_AT=<point>[:raise]`: the collect driver dies at the named write
   boundary (`CRASH_POINTS`): SIGKILL of its own process (a real crash: nothing after it runs,
   no `finally`), or with `:raise` an `InjectedCrash` (a BaseException no handler catches), for
   in-process tests that then rerun in the same session. The durable state is the same either
   way: the writes before the point committed, none after it began.
+- `TRAJPRIV_TEST_KILL_FIRST_WRITE=<folder>`: at the first write of each table (CTAS), the
+  process writes the table's files into its location, as a CTAS does before it registers the
+  table, then SIGKILLs itself; once per table (a marker per table in the folder), so reruns
+  pass each table's first write in turn (tests/reliability/test_first_write_kill.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import signal
 import time
 
 KILL_WORKER = "TRAJPRIV_TEST_KILL_WORKER"
+KILL_FIRST_WRITE = "TRAJPRIV_TEST_KILL_FIRST_WRITE"
 RELEASE_REACHED = "TRAJPRIV_TEST_RELEASE_REACHED"
 KILL_AFTER_GROUPS = 3
 STALL_S = 120.0
@@ -53,7 +59,7 @@ def on_release_group() -> None:
     if ctx is None:  # the kernel called outside Spark (unit tests): nothing to inject
         return
     if reached and _create_once(reached):
-        time.sleep(STALL_S)
+        time.sleep(float(os.environ.get("TRAJPRIV_TEST_STALL_S", STALL_S)))
     if kill and ctx.attemptNumber() == 0:
         key = (ctx.stageId(), ctx.partitionId(), ctx.attemptNumber())
         _groups_seen[key] = _groups_seen.get(key, 0) + 1
@@ -106,3 +112,12 @@ def crash_point(name: str) -> None:
 def ingest_written(table: str) -> None:
     """Called by ingest after each table write (`trajpriv_raw.points` -> ingest_after_points)."""
     crash_point(f"ingest_after_{table.split('.', 1)[1]}")
+
+
+def on_first_write(table: str, write_files) -> None:
+    """Called by `jobs.catalog.create_table` before its CTAS; a no-op unless a test set
+    TRAJPRIV_TEST_KILL_FIRST_WRITE. `write_files()` writes what the CTAS would write."""
+    folder = os.environ.get(KILL_FIRST_WRITE)
+    if folder and _create_once(os.path.join(folder, table)):
+        write_files()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from jobs.config import Config
 from jobs.metastore_lock import check_metastore_free
+from jobs.relocation import RootError, check_catalog_in_root, relocate_catalog
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ def catalog_conf(cfg: Config) -> dict[str, str]:
     published tables") to open the catalog without trajpriv.
     """
     storage = cfg.storage
+    if cfg.catalog.metastore == "postgres":
+        return postgres_conf(cfg)
     return {
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(storage.warehouse),
@@ -76,18 +79,79 @@ def catalog_conf(cfg: Config) -> dict[str, str]:
     }
 
 
-def get_spark(cfg: Config) -> SparkSession:
-    """Build (or return the active) session for `cfg` and make sure both databases exist.
+def postgres_conf(cfg: Config) -> dict[str, str]:
+    """The Hive metastore in PostgreSQL (`catalog.metastore: postgres`): tables created by
+    DataNucleus on first use; the JDBC driver on the driver's class path (Spark shares the
+    `org.postgresql` classes with its Hive client)."""
+    cat = cfg.catalog
+    if not cat.jdbc_jar.exists():
+        raise RootError(f"catalog.metastore=postgres needs the PostgreSQL JDBC driver at "
+                        f"{cat.jdbc_jar}: install Debian's libpostgresql-jdbc-java (`make "
+                        "postgres`) or set catalog.jdbc_jar")
+    conf = {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(cfg.storage.warehouse),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": cat.postgres_url,
+        "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "spark.hadoop.javax.jdo.option.ConnectionUserName": cat.postgres_user,
+        # the schema is created before the first session (ensure_postgres_schema); a table
+        # Hive still finds missing is created on use
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        "spark.driver.extraClassPath": str(cat.jdbc_jar),
+    }
+    if cat.postgres_password_env:
+        password = os.environ.get(cat.postgres_password_env)
+        if password is None:
+            raise RootError(f"catalog.postgres_password_env names {cat.postgres_password_env}, "
+                            "which is not set in this environment: export it and rerun")
+        conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] = password
+    return conf
 
+
+def ensure_postgres_schema(root: Path, cfg: Config) -> None:
+    """The metastore's tables exist in `catalog.postgres_url` before Hive opens it (once per
+    URL and root: recorded in `<root>/metastore_schema.json`); see jobs.metastore_pg."""
+    import json
+
+    from jobs.metastore_pg import ensure_schema
+
+    cat = cfg.catalog
+    record = root / "metastore_schema.json"
+    try:
+        if json.loads(record.read_text()).get("url") == cat.postgres_url:
+            return
+    except (OSError, ValueError):
+        pass
+    conf = postgres_conf(cfg)
+    ensure_schema(cat.postgres_url, cat.postgres_user,
+                  conf.get("spark.hadoop.javax.jdo.option.ConnectionPassword"), cat.jdbc_jar)
+    record.write_text(json.dumps({"url": cat.postgres_url}) + "\n")
+
+
+def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
+    """Build (or return the active) session for `cfg` and make sure the three databases exist.
+
+    `readonly` (trajpriv sql, trajpriv budget): with a shared metastore (postgres) the session
+    does not take the root's writer lock and leaves staging alone, so it runs beside a stage;
+    with the embedded one it waits like any process (Derby admits one JVM).
     PYSPARK_PYTHON is set to this interpreter so Python workers find pandas and the project.
     """
     os.umask(PRIVATE_UMASK)
     root = cfg.storage.root.resolve()
+    check_root(root, cfg.storage.min_free_mb)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(root, 0o700)  # the data root holds raw data and keys: its owner's only
-    acquire_root(root)
-    harden_tree(root)
-    check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # Derby: 1 JVM
+    shared = cfg.catalog.metastore == "postgres"
+    writer = not (readonly and shared)
+    if writer:
+        acquire_root(root)
+        harden_tree(root)
+    if not shared:
+        check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # 1 JVM
+        relocate_catalog(root, cfg.storage.metastore, RAW_DB)  # a copied or moved root
+    else:
+        ensure_postgres_schema(root, cfg)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
@@ -96,8 +160,30 @@ def get_spark(cfg: Config) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    ensure_databases(spark, cfg)
+    ensure_databases(spark, cfg, clean_staging=writer)
+    check_catalog_in_root(spark, root, (RAW_DB, TRUSTED_DB, PUB_DB))
     return spark
+
+
+def check_root(root: Path, min_free_mb: float) -> None:
+    """One line (RootError, exit 2) for a root that cannot hold a run: a file, a folder this
+    user cannot write, or a disk with less than `min_free_mb` free (a stage that runs out of
+    space midway leaves half-written staging behind)."""
+    import shutil
+
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if root.exists() and not root.is_dir():
+        raise RootError(f"storage.root {root} is a file, not a folder: point storage.root at a "
+                        "folder (--set storage.root=<folder>) or move the file away")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise RootError(f"storage.root {root}: {existing} is not writable by this user: "
+                        "choose a root you own (--set storage.root=<folder>) or fix its mode")
+    if existing is not None:
+        free_mb = shutil.disk_usage(existing).free / 2**20
+        if free_mb < min_free_mb:
+            raise RootError(f"storage.root {root}: only {free_mb:.0f} MiB free on its disk, "
+                            f"below storage.min_free_mb={min_free_mb:g}: free space or move "
+                            "the root to a larger disk")
 
 
 def acquire_root(root: Path) -> None:
@@ -143,8 +229,9 @@ def release_root(root: Path) -> None:
         os.close(fd)
 
 
-def ensure_databases(spark: SparkSession, cfg: Config) -> None:
-    """Create the three zones' databases when missing (raw and trusted folders mode 0700)."""
+def ensure_databases(spark: SparkSession, cfg: Config, clean_staging: bool = True) -> None:
+    """Create the three zones' databases when missing (raw and trusted folders mode 0700);
+    a writer (the holder of the root's lock) also removes staging that killed runs left."""
     warehouse = cfg.storage.warehouse
     warehouse.mkdir(parents=True, exist_ok=True, mode=0o700)
     for db in (RAW_DB, TRUSTED_DB, PUB_DB):
@@ -157,7 +244,8 @@ def ensure_databases(spark: SparkSession, cfg: Config) -> None:
     secrets = cfg.storage.secrets
     secrets.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets, 0o700)
-    remove_stale_staging(cfg)
+    if clean_staging:
+        remove_stale_staging(cfg)
 
 
 def remove_stale_staging(cfg: Config) -> list[str]:

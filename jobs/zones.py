@@ -38,6 +38,15 @@ def _first_word(query: str) -> str:
     return text[:1] if text.startswith("(") else (text.split(None, 1) or [""])[0]
 
 
+def check_read_only(query: str) -> None:
+    """Raise ZoneError unless `query` is a read or a SHOW / DESCRIBE / EXPLAIN (any zone):
+    `trajpriv sql` never writes, so with a shared metastore it may run beside a stage."""
+    verb = _first_word(query)
+    if verb not in _READ_VERBS and verb not in _META_VERBS:
+        raise ZoneError(f"refused: `trajpriv sql` runs read-only queries (this one starts with "
+                        f"{verb.upper() or 'nothing'}); stages write the tables")
+
+
 def check_analyst_query(spark: SparkSession, query: str) -> None:
     """Raise ZoneError unless `query` only reads `trajpriv_pub` (see the module docstring)."""
     verb = _first_word(query)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from af_support import TASK_IDS, missing_stages, table_counts
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 
 # What each stage leaves behind: tables with at least one row (views included).
 STAGE_TABLES = {

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from af_support import AIRFLOW_PY, ROOT, clean_env
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.xdist_group("airflow")]
 
 # Runs inside .venv-airflow; prints one JSON line describing the DAG as Airflow loaded it.
 INSPECT_SCRIPT = r"""

@@ -1,0 +1,90 @@
+"""Root errors in one line, before any JVM starts (issue 21): a root that is a file, not
+writable, on a full disk, or whose catalog does not match its folders."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from jobs.relocation import RootError, check_catalog_in_root, rewrite_sql, uri_prefix
+from jobs.session import check_root
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_root_that_is_a_file_is_refused(tmp_path):
+    path = tmp_path / "data"
+    path.write_text("not a folder")
+    with pytest.raises(RootError, match=r"is a file, not a folder: point storage.root"):
+        check_root(path, 0)
+
+
+def test_a_root_this_user_cannot_write_is_refused(tmp_path, monkeypatch):
+    # root may write anywhere, so the permission itself is what is checked
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(RootError, match=r"is not writable by this user: choose a root"):
+        check_root(tmp_path / "data", 0)
+
+
+def test_a_root_on_a_full_disk_is_refused(tmp_path):
+    with pytest.raises(RootError, match=r"MiB free on its disk, below storage.min_free_mb"):
+        check_root(tmp_path / "data", 1e15)
+    check_root(tmp_path / "data", 0)  # and a disk with room passes
+
+
+def test_the_command_line_says_it_in_one_line_and_exits_2(tmp_path):
+    path = tmp_path / "data"
+    path.write_text("x")
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "budget", "--set", f"storage.root={path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is a file, not a folder" in lines[0], out.stderr
+
+
+class _Catalog:
+    def __init__(self, locations: dict[str, str], tables: dict[str, list[str]]):
+        self.locations, self.tables = locations, tables
+
+    def getDatabase(self, db):  # noqa: N802 (pyspark's name)
+        return SimpleNamespace(locationUri=self.locations[db])
+
+    def listTables(self, db):  # noqa: N802
+        return [SimpleNamespace(name=t, tableType="MANAGED") for t in self.tables.get(db, [])]
+
+
+def test_a_catalog_that_names_another_root_is_refused(tmp_path):
+    root = tmp_path / "data_B"
+    (root / "warehouse" / "raw.db").mkdir(parents=True)
+    spark = SimpleNamespace(catalog=_Catalog({"raw": "file:/elsewhere/data_A/warehouse/raw.db"},
+                                             {}))
+    with pytest.raises(RootError, match=r"does not match its folders: database raw lies at "
+                                        r"file:/elsewhere/data_A"):
+        check_catalog_in_root(spark, root, ("raw",))
+
+
+def test_a_catalog_whose_table_folders_are_gone_is_refused(tmp_path):
+    root = tmp_path / "data"
+    (root / "warehouse" / "raw.db").mkdir(parents=True)  # empty: the tables' files are gone
+    spark = SimpleNamespace(catalog=_Catalog({"raw": f"file:{root}/warehouse/raw.db"},
+                                             {"raw": ["privacy_ledger", "points"]}))
+    with pytest.raises(RootError, match=r"lists 2 table\(s\) of raw .* is missing or empty"):
+        check_catalog_in_root(spark, root, ("raw",))
+    (root / "warehouse" / "raw.db" / "points").mkdir()
+    check_catalog_in_root(spark, root, ("raw",))  # folders present: fine, marker written
+    assert (root / "catalog_root.json").exists()
+
+
+def test_the_rewrite_matches_the_old_prefix_literally():
+    sql = rewrite_sql(Path("/r/metastore_db"), "file:/a_b%c/it's/", uri_prefix(Path("/n ew")))
+    # LIKE wildcards in the old path are escaped, quotes doubled, the new path URI-escaped
+    assert "LIKE 'file:/a!_b!%c/it''s/%' ESCAPE '!'" in sql
+    assert "'file:/n%20ew/' || SUBSTR(LOCATION, 18)" in sql
+    assert sql.count("UPDATE") == 3 and "commit;" in sql
