@@ -81,6 +81,19 @@ def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarr
             **jsd_metrics(test, days, data.coords, "paper")}
 
 
+def geolife_setup(seeds: list[int]):
+    """(data, real, test, env, true start distribution, real.data's JSDs, uniform random's JSDs
+    per seed): what every Geolife bench compares against."""
+    data, real, test = load_geolife(DATA)
+    env = MobilityEnv(data.coords)
+    mass = start_mass(data.days_per_user, env.n_locations).numpy()
+    reference = jsd_metrics(test, real, data.coords, "paper")
+    uniform = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations,
+                                                                   size=(len(test), SLOTS)),
+                           data.coords, "paper") for s in seeds]
+    return data, real, test, env, mass / mass.sum(), reference, uniform
+
+
 def summarise(runs: list[dict]) -> dict:
     out = {}
     for k in (*COLS, "epsilon", "rounds", "pilot_corr", "start_jsd", "starts_off", "seconds"):
@@ -104,17 +117,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
-    data, real, test = load_geolife(DATA)
-    env = MobilityEnv(data.coords)
-    n = len(test)
     seeds = [int(x) for x in args.seeds.split(",")]
-    mass = start_mass(data.days_per_user, env.n_locations).numpy()
-    true_starts = mass / mass.sum()
+    data, real, test, env, true_starts, reference, uni = geolife_setup(seeds)
+    n = len(test)
     rows: list[dict] = [{"method": "real.data (reference)", "setting": "",
-                         **{c: (v, 0.0) for c, v in
-                            jsd_metrics(test, real, data.coords, "paper").items()}}]
-    uni = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations, size=(n, SLOTS)),
-                       data.coords, "paper") for s in seeds]
+                         **{c: (v, 0.0) for c, v in reference.items()}}]
     rows.append({"method": "uniform random", "setting": "",
                  **{c: (float(np.mean([u[c] for u in uni])), float(np.std([u[c] for u in uni])))
                     for c in COLS}})

@@ -31,13 +31,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.reproduce_pategail import DATA, run_one  # noqa: E402
+from bench.reproduce_pategail import geolife_setup, run_one  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
-from models.data import load_geolife  # noqa: E402
-from models.env import SLOTS, MobilityEnv  # noqa: E402
 from models.markov import fit_markov  # noqa: E402
-from models.starts import start_mass  # noqa: E402
 from udfs.mobility import jsd_metrics  # noqa: E402
 
 METRICS = ("dailyloc", "grank", "irank", "distance", "radius", "duration")
@@ -66,17 +63,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("absl").setLevel(logging.ERROR)
     t_all = time.perf_counter()
-    data, real, test = load_geolife(DATA)
-    env = MobilityEnv(data.coords)
-    n = len(test)
     seeds = [int(x) for x in args.seeds.split(",")]
-    mass = start_mass(data.days_per_user, env.n_locations).numpy()
-    true_starts = mass / mass.sum()
+    data, real, test, env, true_starts, reference, uni = geolife_setup(seeds)
+    n = len(test)
     rows: list[dict] = [{"method": "real.data (reference)", "epsilon": "",
-                         **{c: (v, 0.0) for c, v in
-                            jsd_metrics(test, real, data.coords, "paper").items()}}]
-    uni = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations, size=(n, SLOTS)),
-                       data.coords, "paper") for s in seeds]
+                         **{c: (v, 0.0) for c, v in reference.items()}}]
     rows.append({"method": "uniform random", "epsilon": "", **mean_sd(uni, METRICS)})
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         runs = []
