@@ -107,7 +107,7 @@ def test_sql_answers_while_collect_writes_and_sees_a_whole_release(pg_url, tmp_p
     reached = tmp_path / "release_reached"
     t0 = time.perf_counter()
     collect = _spawn(conf, "B,snapB", _env(TRAJPRIV_TEST_RELEASE_REACHED=str(reached),
-                                           TRAJPRIV_TEST_STALL_S="40"))
+                                           TRAJPRIV_TEST_STALL_S="20"))
     while not reached.exists():  # the release task has started; nothing published yet
         assert collect.poll() is None, "collect ended before its release task started"
         time.sleep(0.5)
@@ -120,4 +120,4 @@ def test_sql_answers_while_collect_writes_and_sees_a_whole_release(pg_url, tmp_p
     assert during in (before, after), (before, during, after)  # never half a release
     with capsys.disabled():
         print(f"\n[postgres metastore] trajpriv sql during collect: {sql_s:.1f} s; collect "
-              f"(with a 40 s stall in its release task): {collect_s:.1f} s")
+              f"(with a 20 s stall in its release task): {collect_s:.1f} s")
