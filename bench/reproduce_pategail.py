@@ -94,10 +94,14 @@ def geolife_setup(seeds: list[int]):
     return data, real, test, env, mass / mass.sum(), reference, uniform
 
 
-def summarise(runs: list[dict]) -> dict:
+RUN_KEYS = (*COLS, "epsilon", "rounds", "pilot_corr", "start_jsd", "starts_off", "seconds")
+
+
+def summarise(runs: list[dict], keys=RUN_KEYS) -> dict:
+    """key -> (mean, sd) over the runs that have it (None where none has)."""
     out = {}
-    for k in (*COLS, "epsilon", "rounds", "pilot_corr", "start_jsd", "starts_off", "seconds"):
-        vals = [r[k] for r in runs if r[k] is not None]
+    for k in keys:
+        vals = [r[k] for r in runs if r.get(k) is not None]
         out[k] = (float(np.mean(vals)), float(np.std(vals))) if vals else None
     return out
 
@@ -123,12 +127,10 @@ def main() -> None:
     rows: list[dict] = [{"method": "real.data (reference)", "setting": "",
                          **{c: (v, 0.0) for c, v in reference.items()}}]
     rows.append({"method": "uniform random", "setting": "",
-                 **{c: (float(np.mean([u[c] for u in uni])), float(np.std([u[c] for u in uni])))
-                    for c in COLS}})
+                 **summarise(uni, COLS)})
     ef = [jsd_metrics(test, env_freq_days(env, real, n, s), data.coords, "paper") for s in seeds]
     rows.append({"method": "env + real action freq", "setting": "not private",
-                 **{c: (float(np.mean([u[c] for u in ef])), float(np.std([u[c] for u in ef])))
-                    for c in COLS}})
+                 **summarise(ef, COLS)})
     base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes, beta=args.beta,
                        critic_pretrain_steps=args.pretrain, critic_steps=args.critic_steps)
     plans = [(f"noise {x}", {"noise": float(x)}) for x in args.noises.split(",") if x]

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.reproduce_pategail import geolife_setup, run_one  # noqa: E402
+from bench.reproduce_pategail import geolife_setup, run_one, summarise  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
 from models.markov import fit_markov  # noqa: E402
@@ -39,14 +39,6 @@ from udfs.mobility import jsd_metrics  # noqa: E402
 
 METRICS = ("dailyloc", "grank", "irank", "distance", "radius", "duration")
 DELTA = 1e-5
-
-
-def mean_sd(runs: list[dict], keys) -> dict:
-    out = {}
-    for k in keys:
-        vals = [r[k] for r in runs if r.get(k) is not None]
-        out[k] = (float(np.mean(vals)), float(np.std(vals))) if vals else None
-    return out
 
 
 def main() -> None:
@@ -68,7 +60,7 @@ def main() -> None:
     n = len(test)
     rows: list[dict] = [{"method": "real.data (reference)", "epsilon": "",
                          **{c: (v, 0.0) for c, v in reference.items()}}]
-    rows.append({"method": "uniform random", "epsilon": "", **mean_sd(uni, METRICS)})
+    rows.append({"method": "uniform random", "epsilon": "", **summarise(uni, METRICS)})
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         runs = []
         for seed in seeds:
@@ -76,7 +68,7 @@ def main() -> None:
             days = m.sample(n, np.random.default_rng(seed + 1))
             runs.append({"spent": m.epsilon, **jsd_metrics(test, days, data.coords, "paper")})
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
-                     **mean_sd(runs, (*METRICS, "spent")), "runs": runs})
+                     **summarise(runs, (*METRICS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
         for mech in ("laplace", "gaussian"):
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
@@ -94,7 +86,7 @@ def main() -> None:
                       f"{r['rounds']} rounds spent {r['epsilon']:.4g} (noise sd {sd:.4g})",
                       flush=True)
             rows.append({"method": f"PateGAIL {mech.capitalize()}", "epsilon": e,
-                         "setting": f"sd {sd:.3g}", **mean_sd(runs, (*METRICS, "spent",
+                         "setting": f"sd {sd:.3g}", **summarise(runs, (*METRICS, "spent",
                                                                      "rounds")), "runs": runs})
 
     def cell(v, fmt=".4f"):

@@ -100,11 +100,8 @@ def postgres_conf(cfg: Config) -> dict[str, str]:
         "spark.hadoop.hive.metastore.schema.verification": "false",
         "spark.driver.extraClassPath": str(cat.jdbc_jar),
     }
-    if cat.postgres_password_env:
-        password = os.environ.get(cat.postgres_password_env)
-        if password is None:
-            raise RootError(f"catalog.postgres_password_env names {cat.postgres_password_env}, "
-                            "which is not set in this environment: export it and rerun")
+    password = postgres_password(cfg)
+    if password is not None:
         conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] = password
     return conf
 
@@ -118,15 +115,33 @@ def ensure_postgres_schema(root: Path, cfg: Config) -> None:
 
     cat = cfg.catalog
     record = root / "metastore_schema.json"
-    try:
-        if json.loads(record.read_text()).get("url") == cat.postgres_url:
-            return
-    except (OSError, ValueError):
-        pass
-    conf = postgres_conf(cfg)
-    ensure_schema(cat.postgres_url, cat.postgres_user,
-                  conf.get("spark.hadoop.javax.jdo.option.ConnectionPassword"), cat.jdbc_jar)
+    if _recorded_url(record) == cat.postgres_url:
+        return
+    ensure_schema(cat.postgres_url, cat.postgres_user, postgres_password(cfg), cat.jdbc_jar)
     record.write_text(json.dumps({"url": cat.postgres_url}) + "\n")
+
+
+def _recorded_url(record: Path) -> str | None:
+    """The URL whose schema `record` says was created (None: none yet, or unreadable)."""
+    import json
+
+    try:
+        return json.loads(record.read_text()).get("url")
+    except (OSError, ValueError):
+        return None
+
+
+def postgres_password(cfg: Config) -> str | None:
+    """The metastore password from the environment variable the config names (never from the
+    config itself); RootError when it names one that is not set."""
+    name = cfg.catalog.postgres_password_env
+    if not name:
+        return None
+    password = os.environ.get(name)
+    if password is None:
+        raise RootError(f"catalog.postgres_password_env names {name}, which is not set in this "
+                        "environment: export it and rerun")
+    return password
 
 
 def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
