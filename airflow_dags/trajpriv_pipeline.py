@@ -1,4 +1,4 @@
-"""The trajpriv pipeline as one daily Airflow DAG; every stage is `spark-submit jobs/<stage>.py`.
+"""The trajpriv pipeline as a daily Airflow DAG; a stage is `spark-submit jobs/submit.py <stage>`.
 
     collection.choose_source -> [collection.datagen ->] collection.ingest -> collection.collect
       -> synthesis.train -> synthesis.synthesize -> evaluate -> report
@@ -227,8 +227,8 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
     return StageSubmitOperator(
         task_id=stage,
         conn_id=SPARK_CONN_ID,
-        application="{{ params.project_dir }}/jobs/" + stage + ".py",
-        application_args=STAGE_ARGS,
+        application="{{ params.project_dir }}/jobs/submit.py",
+        application_args=[stage, *STAGE_ARGS],
         py_files="{{ params.py_files }}",
         # The driver JVM is spark-submit's here: make Derby's metastore files private to the
         # owner from the start (the stages also tighten the data root at start and stop).

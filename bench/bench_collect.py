@@ -33,7 +33,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.stage import add_overrides  # noqa: E402
+from jobs.harness import add_overrides  # noqa: E402
 
 STATIONS = ROOT.parent / "shared" / "data" / "shanghai_telecom" / "base_stations.csv"
 USERS, DAYS, ACTIVE = 9481, 182, 0.37
@@ -56,7 +56,7 @@ def generate(spark, dataset: str, lat: np.ndarray, lon: np.ndarray, n_users: int
     """Write Telecom-shaped trajectories and the location set (bench input, not the datagen)."""
     from pyspark.sql import types as T
 
-    from jobs.catalog import write_table
+    from jobs.spark.catalog import write_table
     from udfs.space import LocationSpace
 
     space = LocationSpace.from_latlon(lat, lon)
@@ -152,10 +152,10 @@ def main() -> int:
         parser.error(f"--root {args.root} holds no catalog (no metastore_db): run `trajpriv "
                      "datagen` and `trajpriv ingest` with that storage.root first")
 
-    from jobs import collect as C
+    from jobs.collect import stage as C
     from jobs.config import load_config
-    from jobs.session import get_spark
-    from jobs.stage import execute
+    from jobs.harness import execute
+    from jobs.spark.session import get_spark
 
     base = load_config(args.config)
     sets = ["collect.mechanism=atp", "collect.epsilon=4.0", "privacy.budget=100000",

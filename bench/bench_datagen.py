@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proc_tree import tree_cpu_seconds, tree_rss_bytes  # noqa: E402
-from jobs import stage as harness  # noqa: E402
+from jobs import harness  # noqa: E402
 from jobs.config import load_config  # noqa: E402
-from jobs.datagen_stats import format_stats  # noqa: E402
+from jobs.datagen.stats import format_stats  # noqa: E402
 
 TARGET_S = 15 * 60
 SAMPLE_S = 0.5
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [*args.overrides, f"storage.root={root}"]
     cfg = load_config(args.config, overrides)
 
-    from jobs import datagen
-    from jobs.session import get_spark, stop_spark
+    from jobs.datagen import stage as datagen
+    from jobs.spark.session import get_spark, stop_spark
 
-    ingest = None if args.no_ingest else importlib.import_module("jobs.ingest")
+    ingest = None if args.no_ingest else importlib.import_module("jobs.ingest.stage")
     results: dict = {"config": args.config, "overrides": overrides, "load_before": load_average()}
     spark = get_spark(cfg)
     try:

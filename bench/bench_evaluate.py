@@ -2,10 +2,11 @@
 
 Generates synthetic 48-slot days (9,481 users x 182 days, about 37% of user-days active, over
 3,233 random locations in the Shanghai box), writes them and a perturbed copy to Parquet in a
-temporary folder, then times `jobs.mobility_spark.jsd_metrics_spark(real, perturbed, coords,
-"geo")` (Parquet read included, generation and writing excluded) and prints the figure.
+temporary folder, then times evaluate's path (`jobs.evaluate.summaries.summarize_days_pandas` on
+both tables, `udfs.mobility.compare_summaries` on the driver; Parquet read included, generation
+and writing excluded) and prints the figure.
 
-    .venv/bin/python bench/bench_evaluate.py [--engine pandas|sql] [--users 9481] [--days 182]
+    .venv/bin/python bench/bench_evaluate.py [--users 9481] [--days 182]
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=182)
     ap.add_argument("--active", type=float, default=0.37)
     ap.add_argument("--locations", type=int, default=3233)
-    ap.add_argument("--engine", choices=["pandas", "sql"], default="pandas")
     ap.add_argument("--seed", type=int, default=20240501)
     ap.add_argument("--repeat", type=int, default=1, help="time the evaluation this many times")
     args = ap.parse_args()
@@ -76,7 +76,8 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from jobs.mobility_spark import jsd_metrics_spark
+    from jobs.evaluate.summaries import summarize_days_pandas
+    from udfs.mobility import compare_summaries, metric_bins
 
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
@@ -96,20 +97,15 @@ def main() -> None:
             .getOrCreate()
         )
         try:
-            coords_df = spark.createDataFrame(
-                [(i, float(a), float(b)) for i, (a, b) in enumerate(coords)],
-                "loc_id int, lat double, lon double",
-            )
+            bins = metric_bins("geo")
             eval_s = []
             for _ in range(args.repeat):  # the first run is cold (JVM and Python workers)
                 t1 = time.perf_counter()
-                metrics = jsd_metrics_spark(
-                    spark.read.parquet(f"{tmp}/real"),
-                    spark.read.parquet(f"{tmp}/perturbed"),
-                    coords_df,
-                    "geo",
-                    engine=args.engine,
-                )
+                summaries = [
+                    summarize_days_pandas(spark.read.parquet(f"{tmp}/{name}"), coords, bins, name)
+                    for name in ("real", "perturbed")
+                ]
+                metrics = compare_summaries(*summaries, bins)
                 eval_s.append(round(time.perf_counter() - t1, 1))
         finally:
             spark.stop()
@@ -117,7 +113,6 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "evaluate_geo_local2",
-                "engine": args.engine,
                 "users": args.users,
                 "days_per_user": args.days,
                 "active_share": args.active,

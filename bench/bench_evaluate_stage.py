@@ -4,17 +4,18 @@
         --set datagen.users=1500                    # datagen + ingest + collect first, if needed
     .venv/bin/python bench/bench_evaluate_stage.py --root /tmp/full   # a root already collected
     .venv/bin/python bench/bench_evaluate_stage.py --root /tmp/full --ref 6a6322e
-                                                    # against the code before the one-pass rewrite
+                                                    # against an older commit
 
 Input: a data root where `trajpriv datagen`, `ingest` and `collect` have run for the config's
 dataset (default conf/telecom_shanghai.yaml: ATP, TP and EXP at epsilon 1, 4 and 10). With
 `--prepare` the bench runs the missing stages itself, each as its own `trajpriv <stage>`
 process (`bench.bench_pipeline.run_measured`), and keeps the root.
 
-Both variants run through the stage harness (`jobs.stage.execute`) in one Spark session, back
-to back (`--repeat` alternates them again): "old" is `jobs/evaluate.py` and
-`jobs/mobility_spark.py` as committed at `--ref` (loaded from `git show` into a temporary
-folder, pickled by value for the Python workers), "new" is the working tree. The bench then
+Both variants run through the stage harness (`jobs.harness.execute`) in one Spark session, back
+to back (`--repeat` alternates them again): "old" is `jobs/evaluate/stage.py` and
+`jobs/evaluate/summaries.py` as committed at `--ref` (loaded from `git show` into a temporary
+folder, pickled by value for the Python workers; the ref must have the per-stage layout of
+jobs/, so refs before the house move cannot be loaded), "new" is the working tree. The bench then
 checks that both runs wrote the same evaluation rows (method, setting, metric, value), bit for
 bit, and prints the wall time of each run with the stage's own per-part timings. CPU seconds of
 the whole process tree say how much work each did on a shared machine. Attacks are off
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_pipeline import machine, stage_rows  # noqa: E402
 from bench.proc_tree import tree_cpu_seconds  # noqa: E402
-from jobs.stage import add_overrides  # noqa: E402
+from jobs.harness import add_overrides  # noqa: E402
 
 PREPARE = ("datagen", "ingest", "collect")
 
@@ -61,7 +62,7 @@ def prepare(args: argparse.Namespace, root: Path) -> list[dict]:
 
 
 def old_modules(ref: str, folder: Path):
-    """jobs/evaluate.py and jobs/mobility_spark.py at `ref` as modules `_old_evaluate` and
+    """jobs/evaluate/stage.py and jobs/evaluate/summaries.py at `ref` as modules `_old_evaluate` and
     `_old_mobility_spark` (the former importing the latter), pickled by value for Spark."""
     from pyspark import cloudpickle
 
@@ -70,9 +71,9 @@ def old_modules(ref: str, folder: Path):
             ["git", "show", f"{ref}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
         ).stdout
 
-    (folder / "_old_mobility_spark.py").write_text(show("jobs/mobility_spark.py"))
-    text = show("jobs/evaluate.py")
-    text = text.replace("from jobs.mobility_spark ", "from _old_mobility_spark ")
+    (folder / "_old_mobility_spark.py").write_text(show("jobs/evaluate/summaries.py"))
+    text = show("jobs/evaluate/stage.py")
+    text = text.replace("from jobs.evaluate.summaries ", "from _old_mobility_spark ")
     (folder / "_old_evaluate.py").write_text(text)
     sys.path.insert(0, str(folder))
     mods = {}
@@ -119,10 +120,10 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(args.root).resolve()
 
-    from jobs import evaluate as new_evaluate
     from jobs.config import load_config
-    from jobs.session import get_spark
-    from jobs.stage import execute
+    from jobs.evaluate import stage as new_evaluate
+    from jobs.harness import execute
+    from jobs.spark.session import get_spark
 
     # the divergences only (attacks train shadow models: --set evaluate.attacks=true to add them)
     sets = [f"storage.root={root}", "evaluate.attacks=false", *args.overrides]

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proc_tree import tree_rss_bytes  # noqa: E402
-from jobs.stage import add_overrides  # noqa: E402
+from jobs.harness import add_overrides  # noqa: E402
 
 STAGE_LINE = re.compile(r"stage (\w+) (ok|failed) in ([0-9.]+) s")
 

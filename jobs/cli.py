@@ -1,7 +1,10 @@
 """`trajpriv` command line: one sub-command per stage, `run` for all of them, `sql` to query.
 
-Stage modules are imported only when asked for, so `trajpriv sql` does not load torch and a stage
-that is not built yet does not break the others.
+Every stage is `jobs/<stage>/stage.py` with a `run(spark, cfg, ctx)` (and optionally `add_args`);
+`STAGES` lists them in pipeline order and is the one path both entry points take (`trajpriv
+<stage>` here, `spark-submit jobs/submit.py <stage>`). Stage modules are imported only when asked
+for, so `trajpriv sql` does not load torch; a stage that does not import is an error, never a
+silent skip.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import importlib
 import sys
 from types import ModuleType
 
-from jobs import stage as harness
+from jobs import harness
 from udfs.errors import ConfigError, TrajprivError
 
-# Pipeline order; `trajpriv run` runs every stage here whose module exists and is enabled.
+# Pipeline order; `trajpriv run` runs every stage here that its config enables.
 STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
 USAGE = (
     "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget"))
@@ -24,14 +27,12 @@ USAGE = (
 )
 
 
-def load_stage(name: str) -> ModuleType | None:
-    """The stage's module (`jobs.<name>`), or None when that stage is not built yet."""
-    try:
-        return importlib.import_module(f"jobs.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"jobs.{name}":
-            return None
-        raise
+def load_stage(name: str) -> ModuleType:
+    """The stage's module, `jobs.<name>.stage`; an unknown name or a module that does not import
+    raises (a renamed stage must fail `trajpriv run`, not vanish from it)."""
+    if name not in STAGES:
+        raise ConfigError(f"unknown stage {name!r}; the stages are {', '.join(STAGES)}")
+    return importlib.import_module(f"jobs.{name}.stage")
 
 
 def stage_enabled(name: str, cfg) -> bool:
@@ -41,17 +42,14 @@ def stage_enabled(name: str, cfg) -> bool:
 
 def run_one(name: str, argv: list[str]) -> int:
     module = load_stage(name)
-    if module is None:
-        print(f"trajpriv {name}: error: this stage is not built yet", file=sys.stderr)
-        return harness.EXIT_USER_ERROR
     return harness.main(name, module.run, argv, getattr(module, "add_args", None))
 
 
 def run_all(argv: list[str]) -> int:
-    """Every available, enabled stage in order, in one Spark session; stops at the first failure."""
+    """Every enabled stage of `STAGES` in order, in one Spark session; stops at the first
+    failure."""
     harness.configure_logging()
-    modules = {name: load_stage(name) for name in STAGES}
-    present = {name: mod for name, mod in modules.items() if mod is not None}
+    present = {name: load_stage(name) for name in STAGES}
 
     def add_all_args(parser: argparse.ArgumentParser) -> None:
         for mod in present.values():
@@ -64,7 +62,7 @@ def run_all(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"trajpriv run: error: {exc}", file=sys.stderr)
         return harness.EXIT_USER_ERROR
-    from jobs.session import get_spark, stop_spark
+    from jobs.spark.session import get_spark, stop_spark
 
     spark = None
     current = "session"
@@ -77,9 +75,6 @@ def run_all(argv: list[str]) -> int:
                 continue
             figures = harness.execute(name, mod.run, cfg, args, spark)
             print(f"trajpriv {name}: ok {harness.summarise(harness.public_view(mod.run, figures))}")
-        missing = [name for name, mod in modules.items() if mod is None]
-        if missing:
-            print(f"trajpriv run: stages not built yet, skipped: {', '.join(missing)}")
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {current}: error: {exc}", file=sys.stderr)
@@ -100,7 +95,7 @@ def _catalog_command(prog: str, args: argparse.Namespace, body) -> int:
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return harness.EXIT_USER_ERROR
-    from jobs.session import get_spark, stop_spark
+    from jobs.spark.session import get_spark, stop_spark
 
     spark = None
     try:
@@ -126,14 +121,14 @@ def run_sql(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body(spark, cfg) -> None:
-        from jobs.zones import check_read_only
+        from jobs.spark.zones import check_read_only
 
         check_read_only(args.query)  # also with --trusted: sql never writes
         if args.trusted:
             print("trajpriv sql: --trusted: the raw and trusted zones are readable in this query",
                   file=sys.stderr)
         else:
-            from jobs.zones import check_analyst_query
+            from jobs.spark.zones import check_analyst_query
 
             check_analyst_query(spark, args.query)
         spark.sql(args.query).show(args.limit, truncate=False)
@@ -153,7 +148,7 @@ def run_budget(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body(spark, cfg) -> None:
-        from jobs.ledger import budget_table
+        from jobs.spark.ledger import budget_table
 
         per_user = bool(args.trusted or args.user)
         table = budget_table(spark, cfg.dataset, cfg.privacy.budget, cfg.privacy.window_days,

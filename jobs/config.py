@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -325,13 +326,38 @@ class StudyConfig(_Section):
         return self
 
 
-class TrainConfig(_Section):
-    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6, docs/train_synthesize.md).
+def _core_train_fields() -> dict[str, Any]:
+    """The fields of `models.config.TrainConfig` as pydantic fields (type, default), so the
+    `train` section holds every model setting typed, with the core's default: one home for
+    each default, no free-form dict. The section declares a few itself (below)."""
+    import dataclasses
+    import typing
 
-    `options` holds any field of `models.config.TrainConfig` (episodes_per_round, critic_hidden,
-    ...; a wrong name fails at start). `blocks` cuts each round's episodes into equal blocks with
-    their own random streams: results do not depend on `num_processes` as long as `blocks` stays
-    the same (it must be a multiple of num_processes and divide episodes_per_round).
+    from models.config import TrainConfig as CoreTrainConfig
+
+    hints = typing.get_type_hints(CoreTrainConfig)
+    return {f.name: (hints[f.name], f.default) for f in dataclasses.fields(CoreTrainConfig)
+            if f.name not in _TRAIN_OWN}
+
+
+# Core fields the `train` section declares itself: a user-facing name (method <- scheme, critic
+# <- critic_kind), the product's default where it differs from the core's (rounds, target
+# epsilon), or a different meaning (seed: unset = derived from the run key).
+_TRAIN_OWN = {"scheme", "critic_kind", "rounds", "target_epsilon", "seed"}
+_TRAIN_RENAMED = {"method": "scheme", "critic": "critic_kind"}
+
+_TrainModelFields = create_model("_TrainModelFields", __base__=_Section, **_core_train_fields())
+
+
+class TrainConfig(_TrainModelFields):
+    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6).
+
+    Every field of `models.config.TrainConfig` is a typed field here (episodes_per_round,
+    critic_hidden, beta, ...; the core's docs and defaults), validated by the core's own checks
+    at load; `model_config_of` hands the core its typed config. `blocks` cuts each round's
+    episodes into equal blocks with their own random streams: results do not depend on
+    `num_processes` as long as `blocks` stays the same (it must be a multiple of num_processes
+    and divide episodes_per_round).
     """
 
     enabled: bool = True
@@ -341,13 +367,11 @@ class TrainConfig(_Section):
     # critic per user: bce (cross-entropy discriminator, PateGAIL's) or wgan (WGAN-GP,
     # PateGAIL++'s); unset: the method's paper
     critic: Literal["bce", "wgan"] | None = None
-    # sensitivity-aware pilot: history (previous rounds' released rewards, free) or laplace
-    # (the paper's paid noisy pilot)
-    pilot: Literal["history", "laplace"] = "history"
-    noise: float = Field(0.10, gt=0)
     target_epsilon: float = Field(10.0, gt=0)
-    delta: float = Field(1e-5, gt=0, lt=1)
     rounds: int = Field(20, ge=1)
+    # the training seed; unset: derived by HMAC from the raw zone's run key, the dataset and the
+    # top-level seed (jobs.train.stage.training_seed)
+    seed: int | None = None
     num_processes: int = Field(1, ge=1)
     use_gpu: bool = False  # NCCL, one GPU per rank (cuda:LOCAL_RANK); checked at start
     holdout_fraction: float = Field(0.3, gt=0, lt=1)
@@ -356,9 +380,8 @@ class TrainConfig(_Section):
     # task per rank (needs num_processes free task slots, checked at start on a local master)
     local_mode: bool = True
     timeout_s: float = Field(1800.0, gt=0)  # collective timeout of the process group
-    options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("noise", "target_epsilon", "timeout_s")
+    @field_validator("target_epsilon", "timeout_s")
     @classmethod
     def _finite(cls, value: float) -> float:
         import math
@@ -366,6 +389,28 @@ class TrainConfig(_Section):
         if not math.isfinite(value):
             raise ValueError(f"must be finite, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _core_checks(self) -> TrainConfig:
+        """The core's own validation (one home for the rules), and the block layout."""
+        mc = self.model_config_of(seed=0)
+        if mc.episodes_per_round % self.blocks or self.blocks % self.num_processes:
+            raise ValueError(f"blocks={self.blocks} must divide episodes_per_round "
+                             f"({mc.episodes_per_round}) and be a multiple of num_processes "
+                             f"({self.num_processes})")
+        return self
+
+    def model_config_of(self, seed: int):
+        """The core's typed `models.config.TrainConfig` of this section, with `seed`."""
+        from models.config import TrainConfig as CoreTrainConfig
+
+        values = {name: getattr(self, name) for name in _core_train_fields()}
+        values.update({core: getattr(self, own) for own, core in _TRAIN_RENAMED.items()})
+        values.update(rounds=self.rounds, target_epsilon=self.target_epsilon, seed=seed)
+        try:
+            return CoreTrainConfig(**values)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class SynthesizeConfig(_Section):

@@ -9,14 +9,13 @@ They are never written to a published table, a log line or the runs table.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import secrets
 from pathlib import Path
 
 import numpy as np
 
+from udfs.derive import hex_digest, int_digest
 from udfs.errors import ConfigError
 
 PSEUDONYM_HEX_CHARS = 16  # 64 bits: collision-free at millions of users, short enough to read
@@ -54,8 +53,7 @@ def run_key(secrets_dir: Path) -> bytes:
 
 def pseudonym(key: bytes, user_id: str) -> str:
     """HMAC-SHA256(key, user_id), truncated: stable per key, unlinkable without it."""
-    digest = hmac.new(key, str(user_id).encode("utf-8"), hashlib.sha256).hexdigest()
-    return digest[:PSEUDONYM_HEX_CHARS]
+    return hex_digest(key, user_id, chars=PSEUDONYM_HEX_CHARS)
 
 
 def user_seed(key: bytes, scope: str, user_id: str) -> np.random.SeedSequence:
@@ -64,5 +62,4 @@ def user_seed(key: bytes, scope: str, user_id: str) -> np.random.SeedSequence:
     Derived by HMAC from the run key, so it never depends on partitioning or task attempts (a
     retried task redraws the same noise) and cannot be recomputed from published values.
     """
-    digest = hmac.new(key, f"{scope}\x1f{user_id}".encode(), hashlib.sha256).digest()
-    return np.random.SeedSequence(int.from_bytes(digest, "big"))
+    return np.random.SeedSequence(int_digest(key, scope, user_id))

@@ -1,18 +1,22 @@
-"""Atomic checkpoints: write to a temporary file in the same folder, then os.replace.
+"""Atomic checkpoints: write to a temporary file in the same folder, then os.replace
+(`udfs.atomic.atomic_open`, the project's one atomic write).
 
 A reader never sees a half-written checkpoint: os.replace is atomic on POSIX within one file
 system, so `latest.pt` is either the previous complete checkpoint or the new one.
+Test seam `udfs.faults.checkpoint_write` (TRAJPRIV_FAULT_CHECKPOINT, off unless a test sets it)
+cuts a write short between the data and the fsync.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from udfs import faults
+from udfs.atomic import atomic_open
 from udfs.errors import InputDataError
 
 NAME = "latest.pt"
@@ -35,20 +39,10 @@ def to_cpu(obj: Any) -> Any:
 def save_checkpoint(state: dict, folder: str | os.PathLike, name: str = NAME) -> Path:
     """Write `state` atomically to `folder/name` (default `latest.pt`); returns the path."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            if os.environ.get("TRAJPRIV_CKPT_CRASH") == f"{state.get('round')}:{folder.name}":
-                fh.truncate(fh.tell() // 2)  # test hook (tests/reliability/test_train_faults.py):
-                os.kill(os.getpid(), 9)  # SIGKILL mid-write, this round's temp file half written
-            os.fsync(fh.fileno())
-        os.replace(tmp, folder / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(folder / name, binary=True, prefix=".ckpt-") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        faults.checkpoint_write(fh, state.get("round"), folder.name)  # test seam
     return folder / name
 
 

@@ -11,9 +11,11 @@ next guard; then all ranks all-gather the messages and return the same failure s
 `{"ok": False, "errors": {rank: message}}`. Successful ranks return the same summary too (rank 0's
 figures, broadcast, plus every rank's report), so whichever rank's return value TorchDistributor
 keeps, the caller sees the truth, and checks `ok` and completeness. A rank also writes its error
-to `<out_dir>/rank<r>.error` for the case where no summary comes back at all (a rank killed hard:
-torchrun then stops the others). A collective that never returns (a peer stuck) ends at the
-process-group timeout.
+to `<out_dir>/rank<r>.error`, and a rank that stops because of another (a peer's failure flag,
+torchrun's SIGTERM once a rank has died) writes `rank<r>.stopped`, so the driver names the rank
+that died without a message (killed: no file) whichever of a dead peer's closed connection and
+torchrun's SIGTERM reaches the others first. A collective that never returns (a peer stuck)
+ends at the process-group timeout.
 Teardown: DDP processes sometimes abort at exit unless the model and optimiser are deleted and
 `gc.collect()` runs before `destroy_process_group()`; `run_rank` does that on every path.
 
@@ -33,11 +35,12 @@ draw stays on the CPU generators (see `models.train`). Everything saved (checkpo
 is moved to the CPU first (`to_cpu`), so it loads on a machine without a GPU. No CUDA with
 use_gpu=True is a ConfigError naming the key, raised before the process group starts.
 
-Fault injection for tests: `TRAJPRIV_TRAIN_FAULT="rank:round[:exit|:hold]"` raises (or exits
-hard, or stalls HOLD_S seconds) on that rank before that round, i.e. after the checkpoint of the
-round before it. `hold` lets tests/reliability/test_train_faults.py kill a run at a known round:
-toy rounds take milliseconds, so without it the ranks could commit several rounds between the
-test seeing a checkpoint and its SIGKILL landing.
+Fault injection for tests: the seam `udfs.faults.train_hook` (TRAJPRIV_FAULT_TRAIN=
+"rank:round[:exit|:hold]", off unless a test sets it) raises (or exits hard, or stalls) on that
+rank before that round, i.e. after the checkpoint of the round before it. `hold` lets
+tests/reliability/test_train_faults.py kill a run at a known round: toy rounds take
+milliseconds, so without it the ranks could commit several rounds between the test seeing a
+checkpoint and its SIGKILL landing.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import json
 import logging
 import os
 import shutil
-import tempfile
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -65,13 +68,13 @@ from models.config import TrainConfig
 from models.critic_store import save_critic_shard
 from models.data import TrainData
 from models.train import _Run, train_loop
+from udfs import faults
+from udfs.atomic import atomic_open
 from udfs.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FAULT_ENV = "TRAJPRIV_TRAIN_FAULT"
 LATEST = "LATEST.json"
-HOLD_S = 120.0  # how long the `hold` fault stalls a rank
 
 
 class RankFailedError(RuntimeError):
@@ -197,22 +200,9 @@ class RankJob:
 
 
 # ----------------------------------------------------------------------------------------------
-def _atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, obj: Any) -> None:
-    _atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, default=str))
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=2, default=str)
 
 
 def save_sharded(run: _Run, folder: str | Path, comm: TorchComm) -> None:
@@ -256,33 +246,14 @@ def write_artefacts(run: _Run, out_dir: Path, meta: dict) -> dict[str, str]:
               "loc_dim": cfg.loc_dim, "slot_dim": cfg.slot_dim, "hidden": cfg.policy_hidden,
               "k_nearest": cfg.k_nearest, "explore_exponent": cfg.explore_exponent,
               "start_probs": to_cpu(run.start_probs), "scheme": cfg.scheme, "meta": meta}
-    _atomic_write(files["policy.pt"], lambda fh: torch.save(policy, fh), binary=True)
+    with atomic_open(files["policy.pt"], binary=True) as fh:
+        torch.save(policy, fh)
     write_json(files["accountant.json"], {"summary": run.accountant.summary(),
                                           "state": run.accountant.state_dict()})
     write_json(files["history.json"], run.history)
     public = {k: v for k, v in cfg.to_dict().items() if k != "seed"}
     write_json(files["train_config.json"], {**public, "blocks": run.blocks})
     return {k: str(v) for k, v in files.items()}
-
-
-def _fault_hook(rank: int) -> Callable[[_Run], None] | None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    parts = spec.split(":")
-    f_rank, f_round = int(parts[0]), int(parts[1])
-    action = parts[2] if len(parts) > 2 else "raise"
-
-    def hook(run: _Run) -> None:
-        if rank == f_rank and run.round == f_round:
-            if action == "exit":
-                os._exit(3)
-            if action == "hold":
-                time.sleep(HOLD_S)
-                return
-            raise RuntimeError(f"injected fault on rank {rank} at round {f_round}")
-
-    return hook if rank == f_rank else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,7 +275,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
             else None)
     round0 = run.round
     t1 = time.perf_counter()
-    train_loop(run, last, save, _fault_hook(comm.rank))
+    train_loop(run, last, save, faults.train_hook(comm.rank))
     t_rounds = time.perf_counter() - t1
     report = {"rank": comm.rank, "users": data.n_users, "rounds_done": run.round,
               "setup_s": round(t_setup, 3), "rounds_s": round(t_rounds, 3),
@@ -345,12 +316,32 @@ def _init(job: RankJob) -> Placement:
     return placement
 
 
-def _write_error(job: RankJob, rank: int, msg: str) -> None:
+def _write_error(job: RankJob, rank: int, msg: str, kind: str = "error") -> None:
+    """`<out_dir>/rank<r>.error` (this rank's own failure) or `.stopped` (it stopped because
+    another rank failed: a peer's failure flag, or its launcher's SIGTERM)."""
     try:
         Path(job.out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(job.out_dir) / f"rank{rank}.error").write_text(msg)
+        (Path(job.out_dir) / f"rank{rank}.{kind}").write_text(msg)
     except OSError:
         pass
+
+
+def _note_launcher_stop(job: RankJob, rank: int) -> Callable[[], None]:
+    """Under torchrun: on SIGTERM (torchrun stops the other ranks once one has died) write
+    `rank<r>.stopped`, then exit. So a rank the launcher stops always says so, whether the
+    signal or the dead peer's closed connection reaches it first, and the driver can tell the
+    rank that died without a message (killed: no file) from those stopped after it
+    (jobs.train.stage.rank_errors). Returns the function that restores the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum: int, frame: Any) -> None:
+        _write_error(job, rank, f"rank {rank}: stopped by its launcher (SIGTERM), after "
+                                "another rank failed", kind="stopped")
+        os._exit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, before)
 
 
 EXIT_ORPHANED = 75
@@ -393,6 +384,15 @@ def run_rank(job: RankJob) -> dict:
                             format="%(asctime)s %(levelname)s rank %(process)d %(name)s: "
                                    "%(message)s")
     torch.set_num_threads(max(1, int(os.environ.get("TRAJPRIV_TORCH_THREADS", "1"))))
+    restore = (_note_launcher_stop(job, int(os.environ.get("RANK", "0"))) if job.init is None
+               else lambda: None)
+    try:
+        return _run_rank(job)
+    finally:
+        restore()
+
+
+def _run_rank(job: RankJob) -> dict:
     placement = _init(job)
     comm = TorchComm(placement.device)
     if comm.rank != 0:
@@ -403,6 +403,8 @@ def run_rank(job: RankJob) -> dict:
         try:
             result = _train(job, comm, holder)
         except _PeerFailed as exc:
+            _write_error(job, comm.rank, f"rank {comm.rank}: stopped after rank(s) "
+                                         f"{sorted(exc.errors)} failed", kind="stopped")
             result = {"ok": False, "world": comm.world, "errors": exc.errors}
         except Exception as exc:  # report it to every rank, then return the failure summary
             msg = f"rank {comm.rank}: {type(exc).__name__}: {exc}"

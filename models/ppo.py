@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.config import TrainConfig
 from models.env import SLOTS, MobilityEnv
 from models.features import Trajectories, stack_steps, state_action_features
 from models.policy import PolicyNet, ValueNet
@@ -71,14 +72,22 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 0.99,
 
 @dataclass(frozen=True)
 class PPOSettings:
-    clip: float = 0.2
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    epochs: int = 4
-    minibatch: int = 512
-    entropy_coef: float = 0.01
-    value_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    """The PPO fields of `models.config.TrainConfig` (their one home, defaults included), as
+    `ppo_update` reads them."""
+
+    clip: float
+    gamma: float
+    gae_lambda: float
+    epochs: int
+    minibatch: int
+    entropy_coef: float
+    value_coef: float
+    max_grad_norm: float
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> PPOSettings:
+        return cls(cfg.clip, cfg.gamma, cfg.gae_lambda, cfg.ppo_epochs, cfg.ppo_minibatch,
+                   cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm)
 
 
 def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, ro: Rollout,

@@ -380,9 +380,7 @@ class _Run:
         self.round = 0
         self.history: list[dict] = []
         self.stopped: str | None = None
-        self.ppo = PPOSettings(cfg.clip, cfg.gamma, cfg.gae_lambda, cfg.ppo_epochs,
-                               cfg.ppo_minibatch, cfg.entropy_coef, cfg.value_coef,
-                               cfg.max_grad_norm)
+        self.ppo = PPOSettings.of(cfg)
 
     # --- checkpoint state: shared (identical on every rank) and this rank's shard -----------
     def shared_state(self) -> dict:

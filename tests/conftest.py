@@ -43,7 +43,7 @@ def spark_config(spark_root: Path):
 @pytest.fixture(scope="session")
 def spark(spark_config):
     """One session-scoped SparkSession with the project catalog (Hive metastore under tmp)."""
-    from jobs.session import get_spark
+    from jobs.spark.session import get_spark
 
     session = get_spark(spark_config)
     yield session

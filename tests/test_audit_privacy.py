@@ -1,4 +1,5 @@
-"""The auditor of bench/audit_privacy.py checked on k-RR, whose exact privacy loss is known.
+"""The auditor (`models.audit`, run by bench/audit_privacy.py) checked on k-RR, whose exact
+privacy loss is known.
 
 A correct k-RR at eps has max_E ln(P1(E)/P2(E)) = eps exactly, so the audit must not reject it
 (false-failure rate <= ALPHA per assertion, by the Clopper-Pearson guarantee), and a k-RR built
@@ -8,30 +9,16 @@ with 2 eps but claiming eps has loss 2 eps, which N = 40,000 draws per input mus
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from models import audit
 from udfs.mechanisms import KRR
 
 ALPHA = 1e-3
 N = 40_000
-
-
-def _load():
-    path = Path(__file__).resolve().parents[1] / "bench" / "audit_privacy.py"
-    spec = importlib.util.spec_from_file_location("audit_privacy", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["audit_privacy"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-audit = _load()
 
 
 def _krr_bound(eps_built: float, seed: int) -> float:

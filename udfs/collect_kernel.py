@@ -1,8 +1,8 @@
 """Per-user kernels of LDP collection: plan the budget, then release (pure pandas, no pyspark).
 
-The Spark stage (`jobs/collect.py`) groups trajectories by user and calls these kernels through
-`applyInPandas`; unit tests call them on plain DataFrames. Two kernels, run one after the other
-so that the whole budget plan exists (and is validated) before the first noise is drawn:
+The Spark stage (`jobs/collect/stage.py`) groups trajectories by user and calls these kernels
+through `applyInPandas`; unit tests call them on plain DataFrames. Two kernels, run one after the
+other so that the whole budget plan exists (and is validated) before the first noise is drawn:
 
 1. :func:`plan_users` (no randomness; in `udfs.collect_plan`, re-exported here): marks each
    trajectory released or refused with a reason, per user and budget window in time order,
@@ -23,8 +23,6 @@ written down in `udfs.collect_plan`.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +44,7 @@ from udfs.collect_plan import (  # noqa: F401  (re-exported: the kernels' public
     plan_user,
     plan_users,
 )
+from udfs.derive import hex_digest
 from udfs.errors import InvalidParameterError
 from udfs.space import LocationSpace
 
@@ -146,8 +145,8 @@ def window_start_of(date: dt.date, window_days: int) -> dt.date:
 
 # ----------------------------------------------------------------------------- release
 def hmac_hex(key: bytes, message: str, chars: int = 16) -> str:
-    """HMAC-SHA256(key, message) as hex, truncated (the traj_key default)."""
-    return hmac.new(key, message.encode("utf-8"), hashlib.sha256).hexdigest()[:chars]
+    """HMAC-SHA256(key, message) as hex, truncated (the traj_key default; `udfs.derive`)."""
+    return hex_digest(key, message, chars=chars)
 
 
 def traj_message(dataset: str, user_id: str, date: str, traj_id: int,

@@ -1,8 +1,8 @@
-"""Histogram bins and the Jensen-Shannon divergence shared by the numpy and Spark evaluations.
+"""Histogram bins and the Jensen-Shannon divergence of the mobility metrics.
 
-One `HistogramSpec` describes every histogram of the mobility metrics. The numpy core bins with
-`histogram` / `bucket_index`; `jobs/mobility_spark.py` builds its Spark bucket expression from the
-same spec (its edges, lower bound, step and overflow flag), so both engines share one definition.
+One `HistogramSpec` describes every histogram of the mobility metrics (its edges, lower bound,
+step and overflow flag); the numpy core bins with `histogram` / `bucket_index`, and the Spark
+evaluation (`jobs/evaluate/summaries.py`) runs that same core per batch.
 
 Two bin semantics, chosen by `overflow`:
 - `overflow=False` (paper mode): exactly `np.histogram(values, edges)`: bin i holds

@@ -2,9 +2,10 @@
 
 Every function takes `days`, an integer array (n, 48) of location ids, or coordinate arrays of
 that shape. `summarize_days` reduces a set of days to a `DaySummary`: small integer histograms
-from which `udfs.mobility.compare_summaries` computes the divergences. `jobs/mobility_spark.py`
+from which `udfs.mobility.compare_summaries` computes the divergences. `jobs/evaluate/summaries.py`
 builds the same `DaySummary` with Spark SQL; the expressions there mirror the functions here
 operation for operation (same formulas, same summation order), which is why the two agree.
+Distances are `udfs.geo.haversine_km` (the project's one numpy haversine).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from udfs.errors import InvalidTrajectoryError
+from udfs.geo import haversine_km
 from udfs.mobility_bins import IRANK_TOP_K, SLOTS, MetricBins, histogram
 
-#: Mean Earth radius (km) of IUGG, as used by the `haversine` package.
-EARTH_RADIUS_KM = 6371.0088
 #: Lanes of numpy's pairwise summation (float64 add reduce unrolls 8 partial sums).
 SUM_LANES = 8
 
@@ -36,23 +36,6 @@ def row_mean48(a: np.ndarray) -> np.ndarray:
     left = (r[:, 0] + r[:, 1]) + (r[:, 2] + r[:, 3])
     total = left + ((r[:, 4] + r[:, 5]) + (r[:, 6] + r[:, 7]))
     return total / SLOTS
-
-
-def haversine_km(
-    lat1: np.ndarray, lon1: np.ndarray, lat2: np.ndarray, lon2: np.ndarray
-) -> np.ndarray:
-    """Great-circle distance (km, Earth radius 6371.0088) between points given in degrees.
-
-    d = 2 R asin(sqrt(min(1, sin^2(dphi / 2) + cos(phi1) cos(phi2) sin^2(dlambda / 2)))),
-    phi = radians(lat), dphi = radians(lat2) - radians(lat1),
-    dlambda = radians(lon2) - radians(lon1).
-    """
-    p1, p2 = np.radians(lat1), np.radians(lat2)
-    dp = p2 - p1
-    dl = np.radians(lon2) - np.radians(lon1)
-    sp, sl = np.sin(dp / 2), np.sin(dl / 2)
-    a = sp * sp + np.cos(p1) * np.cos(p2) * (sl * sl)
-    return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.minimum(a, 1.0)))
 
 
 def paper_step_distances(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:

@@ -31,15 +31,9 @@ import numpy as np
 import pandas as pd
 
 from udfs.errors import InputDataError, InvalidParameterError
+from udfs.geo import EARTH_RADIUS_KM, haversine_km
 
-EARTH_KM = 6371.0088
 NIGHT_SLOTS = tuple(range(0, 12)) + tuple(range(44, 48))
-
-
-def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
-    la1, lo1, la2, lo2 = (np.radians(np.asarray(x, float)) for x in (lat1, lon1, lat2, lon2))
-    a = np.sin((la2 - la1) / 2) ** 2 + np.cos(la1) * np.cos(la2) * np.sin((lo2 - lo1) / 2) ** 2
-    return 2 * EARTH_KM * np.arcsin(np.sqrt(np.clip(a, 0, 1)))
 
 
 def _need(df: pd.DataFrame, cols: list[str], what: str) -> None:
@@ -130,4 +124,4 @@ def home_coverage(true_home: pd.DataFrame, published_homes: pd.DataFrame,
     tree = BallTree(np.radians(published_homes[["lat", "lon"]].to_numpy(float)),
                     metric="haversine")
     d, _ = tree.query(np.radians(true_home[["lat", "lon"]].to_numpy(float)), k=1)
-    return float((d[:, 0] * EARTH_KM <= radius_km).mean())
+    return float((d[:, 0] * EARTH_RADIUS_KM <= radius_km).mean())

@@ -1,6 +1,6 @@
 """The membership attacks on one trained model, as `trajpriv evaluate --attacks` runs them.
 
-Why one function: the Spark job (jobs/attacks_membership.py) and the bench both need the same
+Why one function: the Spark job (jobs/evaluate/membership.py) and the bench both need the same
 sequence, with the candidates labelled once and the shadow models trained once and reused:
   1. white-box MIA on the target's critics (`membership.run_membership`), `whitebox_mia`;
   2. K shadows of the target's recipe on complementary random halves of the candidates

@@ -42,6 +42,7 @@ if dag is not None:
             "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
             "conn_id": getattr(t, "_conn_id", None),
             "application": getattr(t, "application", None),
+            "stage_arg": (getattr(t, "application_args", None) or [None])[0],
         }
         for t in dag.tasks
     }
@@ -177,7 +178,8 @@ def test_every_stage_is_a_spark_submit_of_its_module(dag_info):
         info = dag_info["tasks"][task_id]
         assert "SparkSubmitOperator" in info["mro"], task_id
         assert info["conn_id"] == "trajpriv_spark"
-        assert info["application"] == "{{ params.project_dir }}/jobs/" + stage + ".py"
+        assert info["application"] == "{{ params.project_dir }}/jobs/submit.py"
+        assert info["stage_arg"] == stage  # the first application argument names the stage
         # retries with exponential back-off: 30 s, 60 s, ... capped at 10 minutes
         assert info["retries"] == 2
         assert info["backoff"] == 2.0
@@ -215,11 +217,12 @@ def test_unset_params_add_no_overrides(dag_info):
     rendered = dag_info["render_default"]
     args = [a for a in rendered["args"] if a.strip()]
     assert args == [
+        "collect",
         f"--config={ROOT}/conf/default.yaml",
         "--run-id=trajpriv_pipeline-20260105",
         '--set=collect.window_start="2026-01-05"\n--set=collect.window_end="2026-01-05"',
     ]
-    assert rendered["application"] == f"{ROOT}/jobs/collect.py"
+    assert rendered["application"] == f"{ROOT}/jobs/submit.py"
     assert rendered["env"] == {
         "PYSPARK_PYTHON": str(ROOT / ".venv" / "bin" / "python"),
         "PYSPARK_DRIVER_PYTHON": str(ROOT / ".venv" / "bin" / "python"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.catalog import read_table, record_run, write_table
+from jobs.spark.catalog import read_table, record_run, write_table
 from udfs.errors import InputDataError
 
 pytestmark = pytest.mark.spark
@@ -86,8 +86,8 @@ def test_catalog_round_trip_across_two_processes(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         from jobs.config import load_config
-        from jobs.session import get_spark
-        from jobs.catalog import write_table
+        from jobs.spark.session import get_spark
+        from jobs.spark.catalog import write_table
         cfg = load_config(None, ["storage.root={root}", "spark.conf.spark.driver.memory=1g"])
         spark = get_spark(cfg)
         df = spark.createDataFrame([("d", 1), ("d", 2)], "dataset string, v int")
@@ -145,7 +145,7 @@ def test_stale_partitions_are_found_from_covers_and_escaped_values(spark) -> Non
 def test_a_first_write_over_a_leftover_folder_heals_instead_of_wedging(spark, caplog) -> None:
     """Defect: a kill during a table's first write left its folder without a catalog entry,
     and every later run failed with LOCATION_ALREADY_EXISTS."""
-    from jobs.catalog import managed_location
+    from jobs.spark.catalog import managed_location
 
     table = "trajpriv_raw.t_first_write"
     location = managed_location(spark, table)
@@ -161,7 +161,7 @@ def test_a_first_write_over_a_leftover_folder_heals_instead_of_wedging(spark, ca
 
 
 def test_staging_left_by_a_killed_stage_is_removed_by_the_next(spark, spark_config) -> None:
-    from jobs.session import ensure_databases
+    from jobs.spark.session import ensure_databases
 
     leftover = spark_config.storage.root / "staging" / "ingest-killed-run"
     leftover.mkdir(parents=True)
@@ -171,7 +171,7 @@ def test_staging_left_by_a_killed_stage_is_removed_by_the_next(spark, spark_conf
 
 
 def test_the_analyst_query_check_reads_only_the_published_zone(spark) -> None:
-    from jobs.zones import ZoneError, check_analyst_query
+    from jobs.spark.zones import ZoneError, check_analyst_query
 
     spark.createDataFrame([(1,)], "a int").write.mode("overwrite").saveAsTable(
         "trajpriv_pub.t_zone")

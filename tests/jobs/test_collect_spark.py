@@ -20,10 +20,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from jobs import collect as C
-from jobs.catalog import write_table
+from jobs.collect import stage as C
 from jobs.config import config_from_mapping
-from jobs.stage import execute
+from jobs.harness import execute
+from jobs.spark import tables
+from jobs.spark.catalog import write_table
 from udfs import collect_kernel as K
 from udfs import metrics as M
 
@@ -82,11 +83,11 @@ def _collect(spark, cfg, run_id, fresh=False):
 def _write_raw(spark, dataset, locations, trajs):
     schema = ("dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
               "ts array<timestamp>, n int")
-    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), C.LOCATIONS,
+    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), tables.LOCATIONS,
                 partition_by=["dataset"], replace={"dataset": dataset})
     # The layout ingest writes: partitioned by (dataset, date).
     write_table(spark.createDataFrame(trajs.assign(dataset=dataset)[schema_cols(schema)], schema),
-                C.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
+                tables.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def first(spark, spark_config, raw):
 
 
 def _ledger(spark, dataset=DATASET, release_id=None, state="spent"):
-    df = spark.table(C.LEDGER).where(f"dataset = '{dataset}'")
+    df = spark.table(tables.PRIVACY_LEDGER).where(f"dataset = '{dataset}'")
     if release_id:
         df = df.where(df.release_id == release_id)
     if state:
@@ -118,7 +119,7 @@ def _ledger(spark, dataset=DATASET, release_id=None, state="spent"):
 
 
 def _published(spark, dataset=DATASET):
-    return spark.table(C.PUBLISHED).where(f"dataset = '{dataset}'").toPandas()
+    return spark.table(tables.PERTURBED_TRAJECTORIES).where(f"dataset = '{dataset}'").toPandas()
 
 
 def _oracle_released(trajs, per_window=4, window_days=7, start=START, end=END):
@@ -166,7 +167,7 @@ def test_budget_is_enforced_in_time_order_with_refusals_counted(spark, raw, firs
     assert set(zip(pub["mechanism"], pub["epsilon"], strict=True)) == {("atp", EPS)}
     assert (pub["n"] == pub["loc_ids"].map(len)).all()
     assert sorted(pub["traj_key"]) == sorted(ledger["traj_key"])  # each charge is one row
-    releases = spark.table(C.RELEASES).where(f"dataset = '{DATASET}'").toPandas()
+    releases = spark.table(tables.RELEASES).where(f"dataset = '{DATASET}'").toPandas()
     assert releases[["release_id", "trajectories"]].values.tolist() == [
         [release_id, len(expect_released)]]
     assert "mechanism_steps" in Path(figures["explain"]).read_text()
@@ -176,10 +177,10 @@ def test_epsilon_over_the_budget_is_refused_before_any_spend(spark, spark_config
     from udfs.errors import BudgetExceededError
 
     cfg = _config(spark_config, privacy={"budget": 2.0})
-    before = spark.table(C.LEDGER).count()
+    before = spark.table(tables.PRIVACY_LEDGER).count()
     with pytest.raises(BudgetExceededError, match=r"collect.epsilon 2.5 per trajectory exceeds"):
         _collect(spark, cfg, "collect-test-over")
-    assert spark.table(C.LEDGER).count() == before
+    assert spark.table(tables.PRIVACY_LEDGER).count() == before
 
 
 # ----------------------------------------------------------------------------- release once
@@ -190,9 +191,9 @@ def test_rerun_releases_nothing_and_spends_nothing(spark, spark_config, raw, fir
     pub_before = _published(spark)
 
     # The same collection through the CLI, under a new run id: nothing new, nothing spent.
-    import jobs.session
+    import jobs.spark.session
 
-    monkeypatch.setattr(jobs.session, "stop_spark", lambda s: None)  # keep the shared session
+    monkeypatch.setattr(jobs.spark.session, "stop_spark", lambda s: None)  # keep the shared session
     conf = tmp_path / "collect.yaml"
     conf.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     from jobs.cli import main as cli
@@ -315,6 +316,7 @@ def test_published_metadata_follows_the_publish_settings(spark, spark_config, ra
 
 # ----------------------------------------------------------------------------- determinism
 def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, raw):
+    from jobs.spark.per_user import release as free_shared
     from udfs.space import LocationSpace
 
     locations, trajs, _ = raw
@@ -325,7 +327,6 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
     df = spark.createDataFrame(
         trajs[["user_id", "date", "traj_id", "loc_ids"]],
         "user_id string, date date, traj_id long, loc_ids array<int>")
-    bc = spark.sparkContext.broadcast(space)
     outs = []
     keys = ["spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled"]
     saved = {k: spark.conf.get(k) for k in keys}
@@ -333,15 +334,15 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
         for parts in (1, 4):
             spark.conf.set("spark.sql.shuffle.partitions", str(parts))
             spark.conf.set("spark.sql.adaptive.enabled", "false")
-            out = C.perturb_users(df.repartition(parts), bc, kernel)
+            out = C.perturb_users(df.repartition(parts), space, kernel)
             assert out.rdd.getNumPartitions() == parts
             pdf = out.toPandas()
+            free_shared(out)
             pdf["loc_ids"] = pdf["loc_ids"].map(list)
             outs.append(pdf.sort_values(["mechanism", "traj_key"]).reset_index(drop=True))
     finally:
         for k, v in saved.items():
             spark.conf.set(k, v)
-        bc.destroy()
     pd.testing.assert_frame_equal(outs[0], outs[1])
     # A retried task redraws the same noise: the kernel on plain pandas gives the same rows.
     user = trajs["user_id"].iloc[0]
@@ -353,7 +354,7 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
 
 # ----------------------------------------------------------------------------- utility
 def test_trusted_metrics_equal_udfs_metrics_and_none_is_published(spark, raw, first):
-    from jobs.evaluation_table import EVALUATION_TABLE
+    from jobs.spark.tables import EVALUATION
     from udfs.space import LocationSpace
 
     cfg, figures = first
@@ -365,9 +366,9 @@ def test_trusted_metrics_equal_udfs_metrics_and_none_is_published(spark, raw, fi
     by_key = {k: truth[(u, d, t)] for k, u, d, t in zip(
         led["traj_key"], led["user_id"], led["date"], led["traj_id"], strict=True)}
     pub = _published(spark)
-    assert EVALUATION_TABLE.startswith("trajpriv_trusted.")
+    assert EVALUATION.startswith("trajpriv_trusted.")
     assert not spark.catalog.tableExists("trajpriv_pub.evaluation")
-    ev = spark.table(EVALUATION_TABLE).where(f"run_id = '{figures['release_id']}'").toPandas()
+    ev = spark.table(EVALUATION).where(f"run_id = '{figures['release_id']}'").toPandas()
     assert set(ev["dataset"]) == {DATASET}
     got = {(r.method, r.setting, r.metric): r.value for r in ev.itertuples()}
     assert len(got) == 5  # NE, PRQ@0.5km, PRQ@2km, ACD, KendallTau of the one setting

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from jobs import collect as C
-from jobs.collect_metrics import _tau_b
+from jobs.collect import stage as C
+from jobs.collect.metrics import _tau_b
 from jobs.config import load_config
 
 
 def test_release_ids_never_repeat_for_a_reused_run_id():
-    from jobs.ledger import new_release_id
+    from jobs.spark.ledger import new_release_id
 
     assert new_release_id("collect-x", set()) == "collect-x.r0"
     assert new_release_id("collect-x", {"collect-x.r0", "collect-x.r1"}) == "collect-x.r2"
@@ -73,24 +73,3 @@ def test_window_order_is_validated():
         load_config(None, ["collect.window_start=2014-06-02", "collect.window_end=2014-06-01"])
     assert load_config(None, ["collect.window_start=2014-06-02"]).collect.window_start == (
         dt.date(2014, 6, 2))
-
-
-def test_complete_groups_never_split_a_user_over_two_batches():
-    import pandas as pd
-
-    users = ["a"] * 3 + ["b"] * 5 + ["c"] + ["d"] * 4
-    frame = pd.DataFrame({"user_id": users, "row": range(len(users))})
-    cuts = [0, 2, 2, 7, 9, 10, len(users)]  # Arrow's arbitrary batch edges, an empty one too
-    batches = [frame.iloc[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-    out = list(C.complete_groups(iter(batches)))
-    assert pd.concat(out)["row"].tolist() == list(range(len(users)))
-    seen = [set(b["user_id"]) for b in out]
-    assert all(not (x & y) for i, x in enumerate(seen) for y in seen[i + 1:])
-
-
-def test_complete_groups_stops_on_rows_out_of_order():
-    import pandas as pd
-
-    batches = [pd.DataFrame({"user_id": ["a", "b"]}), pd.DataFrame({"user_id": ["a"]})]
-    with pytest.raises(AssertionError, match="not sorted by user_id"):
-        list(C.complete_groups(iter(batches)))

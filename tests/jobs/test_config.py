@@ -82,7 +82,7 @@ GEOLIFE = Path(__file__).resolve().parents[3] / "shared" / "data" / "geolife_pat
 def test_geolife_configs_plan_all_their_rounds_within_the_target(name: str) -> None:
     """Issue 15: conf/geolife.yaml trained 0 rounds and reported ok (its target could not pay
     one round). Each shipped Geolife config now plans every round under its target."""
-    from jobs.train import model_config
+    from jobs.train.stage import model_config
     from models.budget import planned_epsilon
     from models.data import load_geolife
 
@@ -93,7 +93,7 @@ def test_geolife_configs_plan_all_their_rounds_within_the_target(name: str) -> N
 
 def test_a_shipped_config_exercises_dynamics_compensation() -> None:
     """Issue 15: beta was implemented and accounted, but no config turned it on."""
-    from jobs.train import model_config
+    from jobs.train.stage import model_config
 
     betas = {p.name: model_config(load_config(p)).beta for p in CONF_DIR.glob("*.yaml")}
     assert betas["geolife_compensated.yaml"] > 0, betas

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from haversine import Unit, haversine
 
-from jobs.datagen_model import (
+from jobs.datagen.model import (
     CIRCADIAN,
     NEIGHBOUR_PICK,
     RECORD_COLUMNS,
@@ -19,9 +19,9 @@ from jobs.datagen_model import (
     simulate_users,
     user_rng,
 )
-from jobs.datagen_stations import StationIndex, generate_layout, load_stations
-from jobs.datagen_stats import realism_stats
-from jobs.datagen_walk import pick_work
+from jobs.datagen.stations import StationIndex, generate_layout, load_stations
+from jobs.datagen.stats import realism_stats
+from jobs.datagen.walk import pick_work
 from udfs.errors import InvalidParameterError
 
 START = dt.date(2014, 6, 1)

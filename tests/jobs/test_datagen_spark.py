@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from jobs.config import load_config
-from jobs.datagen import generate, mobility_params, run, station_table
-from jobs.datagen_model import simulate_users
-from jobs.datagen_stations import StationIndex
-from jobs.stage import execute
+from jobs.datagen.model import simulate_users
+from jobs.datagen.stage import generate, mobility_params, run, station_table
+from jobs.datagen.stations import StationIndex
+from jobs.harness import execute
 
 pytestmark = pytest.mark.spark
 

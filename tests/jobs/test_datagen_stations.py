@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from haversine import Unit, haversine
 
-from jobs.datagen_stations import (
+from jobs.datagen.stations import (
     LAYOUT_BOX,
     StationIndex,
     generate_layout,
@@ -93,12 +93,12 @@ def test_real_shanghai_stations(shared_data):
 
 def test_missing_station_list_falls_back_to_a_generated_layout(tmp_path, caplog):
     from jobs.config import load_config
-    from jobs.datagen import station_table
+    from jobs.datagen.stage import station_table
 
     cfg = load_config(
         None, [f"datagen.stations_csv={tmp_path / 'absent.csv'}", "datagen.n_stations=120"]
     )
-    with caplog.at_level("WARNING", logger="jobs.datagen"):
+    with caplog.at_level("WARNING", logger="jobs.datagen.stage"):
         table, source = station_table(cfg)
     assert len(table) == 120 and source == "generated: 120 stations"
     assert "absent.csv is absent" in caplog.text

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from haversine import Unit, haversine
 
-from jobs.datagen_stats import haversine_km, realism_stats, summarise, user_day_metrics
+from jobs.datagen.stats import haversine_km, realism_stats, summarise, user_day_metrics
 
 A = (31.2000, 121.4000)
 B = (31.2000, 121.4500)  # about 4.76 km east of A

@@ -17,20 +17,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs import evaluate as eval_stage
-from jobs import stage as harness
-from jobs import synthesize as synth_stage
-from jobs import train as train_stage
+from jobs import harness
 from jobs.config import load_config
-from jobs.shaping import points_from_slot_days
+from jobs.evaluate import stage as eval_stage
+from jobs.ingest.shaping import points_from_slot_days
+from jobs.synthesize import stage as synth_stage
+from jobs.train import stage as train_stage
 from tests.models._attack_toy import walk_data
 from udfs.errors import ConfigError
 from udfs.mobility import METRICS
 
 DATASET = "attack_toy"
-OPTIONS = ("{seed: 3, episodes_per_round: 8, k_nearest: 10, critic_hidden: 8, critic_batch: 16,"
-           " critic_steps: 2, policy_hidden: 16, loc_dim: 4, slot_dim: 4, ppo_epochs: 1,"
-           " ppo_minibatch: 128}")
+TINY = [f"train.{k}={v}" for k, v in dict(
+    seed=3, episodes_per_round=8, k_nearest=10, critic_hidden=8, critic_batch=16, critic_steps=2,
+    policy_hidden=16, loc_dim=4, slot_dim=4, ppo_epochs=1, ppo_minibatch=128).items()]
 LOC_OFFSET = 500  # location ids are not row numbers: the attack must map them like training
 
 
@@ -39,7 +39,7 @@ def _cfg(spark_config, *extra: str):
                               "spark.conf.spark.sql.shuffle.partitions=2",
                               f"dataset={DATASET}", "train.num_processes=2", "train.blocks=2",
                               "train.rounds=2", "train.noise=0.5", "train.target_epsilon=1e6",
-                              f"train.options={OPTIONS}", "synthesize.n_days=16",
+                              *TINY, "synthesize.n_days=16",
                               "synthesize.partitions=2", "evaluate.lira_shadows=2",
                               "evaluate.attack_bootstrap=50", *extra])
 
@@ -47,7 +47,7 @@ def _cfg(spark_config, *extra: str):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_evaluate_attacks_writes_membership_lira_and_home_rows(spark, spark_config):
-    from jobs.catalog import write_table
+    from jobs.spark.catalog import write_table
 
     data = walk_data(n_users=8, days=12, n_loc=60, seed=4)
     days = pd.DataFrame([(f"u{u}", dt.datetime(2014, 6, 1) + dt.timedelta(days=i),

@@ -1,6 +1,6 @@
 """`trajpriv evaluate`: the divergences of each perturbed setting and the grouped summaries.
 
-Oracles, computed without Spark: slot days built by `jobs.shaping.build_slot_days` straight
+Oracles, computed without Spark: slot days built by `jobs.ingest.shaping.build_slot_days` straight
 from the raw and the published points of each setting, compared by `udfs.mobility.jsd_metrics`
 (numpy); and `udfs.mobility_stats.summarize_days` of each group of days taken alone.
 """
@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from jobs import collect as C
-from jobs import evaluate as E
-from jobs.shaping import build_slot_days
+from jobs.evaluate import stage as E
+from jobs.ingest.shaping import build_slot_days
+from jobs.spark import tables
 from udfs.errors import InvalidTrajectoryError
 from udfs.mobility import jsd_metrics, metric_bins
 from udfs.mobility_stats import summarize_days
@@ -66,16 +66,16 @@ def study_config(spark_config, mechanisms, epsilons, end: dt.date):
 
 @pytest.mark.spark
 def test_perturbed_divergences_equal_numpy_on_slot_days_of_the_points(spark, spark_config):
-    from jobs.catalog import write_table
-    from jobs.stage import execute
+    from jobs.harness import execute
+    from jobs.spark.catalog import write_table
 
     locations, trajs = raw_data()
-    write_table(spark.createDataFrame(locations), C.LOCATIONS, partition_by=["dataset"],
+    write_table(spark.createDataFrame(locations), tables.LOCATIONS, partition_by=["dataset"],
                 replace={"dataset": DATASET})
     schema = ("dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
               "ts array<timestamp>, n int")
     cols = [c.split()[0] for c in schema.split(", ")]
-    write_table(spark.createDataFrame(trajs[cols], schema), C.TRAJECTORIES,
+    write_table(spark.createDataFrame(trajs[cols], schema), tables.TRAJECTORIES,
                 partition_by=["dataset", "date"], replace={"dataset": DATASET})
     points = trajs[["user_id", "ts", "loc_ids"]].explode(["ts", "loc_ids"])
     points = points.rename(columns={"loc_ids": "loc_id"}).astype({"loc_id": np.int64})
@@ -84,20 +84,19 @@ def test_perturbed_divergences_equal_numpy_on_slot_days_of_the_points(spark, spa
     write_table(spark.createDataFrame(days.assign(date=days["date"].dt.date),
                                       "user_id string, date date, slots array<int>, "
                                       "dataset string"),
-                E.SLOT_DAYS, partition_by=["dataset", "date"], replace={"dataset": DATASET})
+                tables.SLOT_DAYS, partition_by=["dataset", "date"], replace={"dataset": DATASET})
 
-    from jobs import study as S
+    from jobs.study import stage as S
 
     cfg = study_config(spark_config, ["atp", "exp"], [1.0, 4.0], END)
     execute("study", S.run, cfg, argparse.Namespace(), spark, "eval-study")
     # A third setting with every other trajectory only (by hand: a second study would cost
     # more than the rest of the test), so the settings do not all share their raw days.
-    pub = spark.table(S.STUDY_PERTURBED).where(f"dataset = '{DATASET}'")
+    pub = spark.table(tables.STUDY_PERTURBED).where(f"dataset = '{DATASET}'")
     part = pub.where("mechanism = 'exp' AND epsilon = 4.0").toPandas().sort_values(
         ["user_id", "date", "traj_id"])
     part = part.iloc[::2].assign(run_id="eval-partial", mechanism="tp", epsilon=2.0)
-    write_table(spark.createDataFrame(part[pub.columns], pub.schema), S.STUDY_PERTURBED,
-                partition_by=S.PARTITIONS)
+    write_table(spark.createDataFrame(part[pub.columns], pub.schema), tables.STUDY_PERTURBED)
     figures = execute("evaluate", E.run, cfg, argparse.Namespace(attacks=False), spark,
                       "eval-stage-1")
     assert figures["comparisons"] == 5
@@ -105,7 +104,7 @@ def test_perturbed_divergences_equal_numpy_on_slot_days_of_the_points(spark, spa
     got = spark.table("trajpriv_trusted.evaluation").where(
         f"dataset = '{DATASET}' AND run_id = 'eval-stage-1'").toPandas()
     got = {(r.method, r.setting, r.metric): r.value for r in got.itertuples()}
-    pub = spark.table(S.STUDY_PERTURBED).where(f"dataset = '{DATASET}'").toPandas()
+    pub = spark.table(tables.STUDY_PERTURBED).where(f"dataset = '{DATASET}'").toPandas()
     truth = {(r.user_id, r.date, r.traj_id): r for r in trajs.itertuples()}
     coords = locations[["lat", "lon"]].to_numpy()
     sizes = set()
@@ -174,7 +173,7 @@ def pair_oracle(table: pa.Table, coords: np.ndarray, loc_ids: np.ndarray, bins) 
 
 
 def as_summaries(rows: pd.DataFrame, n_loc: int, bins) -> dict:
-    from jobs.mobility_spark import summaries_by_group
+    from jobs.evaluate.summaries import summaries_by_group
 
     return summaries_by_group(rows.to_dict("records"), E.PAIR_KEYS, n_loc, bins, "pairs")
 
@@ -215,7 +214,7 @@ def test_pair_summaries_reject_unknown_ids_and_length_mismatches():
 
 @pytest.mark.spark
 def test_grouped_summaries_equal_per_group_summaries(spark):
-    from jobs.mobility_spark import summarize_days_pandas, summarize_groups_pandas
+    from jobs.evaluate.summaries import summarize_days_pandas, summarize_groups_pandas
 
     rng = np.random.default_rng(23)
     n_loc = 30

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs import ingest
 from jobs.config import IngestConfig
-from jobs.locmap import load_locations
-from jobs.readers.pipeline import ingest_local
-from jobs.stage import execute
+from jobs.harness import execute
+from jobs.ingest import stage as ingest
+from jobs.ingest.locmap import load_locations
+from jobs.ingest.readers.pipeline import ingest_local
 from udfs.errors import InputDataError
 
 pytestmark = pytest.mark.spark
@@ -275,7 +275,7 @@ def test_an_ingest_killed_among_its_table_writes_is_finished_by_the_next_stage(
         spark, spark_config, monkeypatch):
     """Defect: ingest wrote its five tables one by one; a kill in between left new points
     next to old trajectories. Now all five end up the new ingest's, or none changes."""
-    from jobs.fault_injection import CRASH_AT, InjectedCrash
+    from udfs.faults import CRASH_AT, InjectedCrash
 
     landing = spark_config.storage.landing / "tele_commit"
     _telecom_files(landing)

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from haversine import Unit, haversine
 
-from jobs.locmap import Grid, LocationSet, derive_locations, load_locations, map_points
-from jobs.readers import checkins, plt, slots48, telecom
-from jobs.readers.common import REASONS, Window
-from jobs.readers.pipeline import ReaderOptions, ingest_local
+from jobs.ingest.locmap import Grid, LocationSet, derive_locations, load_locations, map_points
+from jobs.ingest.readers import checkins, plt, slots48, telecom
+from jobs.ingest.readers.common import REASONS, Window
+from jobs.ingest.readers.pipeline import ReaderOptions, ingest_local
 from udfs.errors import InputDataError
 
 PLT_HEADER = (

@@ -7,10 +7,10 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from jobs.locmap import Grid, load_locations
-from jobs.readers import slots48
-from jobs.readers.common import Window
-from jobs.readers.pipeline import ReaderOptions, ingest_local
+from jobs.ingest.locmap import Grid, load_locations
+from jobs.ingest.readers import slots48
+from jobs.ingest.readers.common import Window
+from jobs.ingest.readers.pipeline import ReaderOptions, ingest_local
 
 pytestmark = pytest.mark.realdata
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.report_render import MOBILITY_METRICS, ReportInputs, baseline_verdicts, render_report
+from jobs.report.render import MOBILITY_METRICS, ReportInputs, baseline_verdicts, render_report
 
 
 def _inputs() -> ReportInputs:
@@ -120,7 +120,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 
 def _attack_rows() -> list[tuple]:
-    """Attack rows as jobs/attacks.py writes them, from real AttackReports."""
+    """Attack rows as jobs/evaluate/attacks.py writes them, from real AttackReports."""
     from models.attacks.report import evaluate_attack
 
     rng = np.random.default_rng(1)
@@ -140,7 +140,7 @@ def _attack_rows() -> list[tuple]:
 
 
 def test_attack_tables_sit_next_to_the_utility_of_the_same_run(tmp_path: Path) -> None:
-    from jobs.report_render import membership_table, metric_table, utility_and_attacks
+    from jobs.report.render import membership_table, metric_table, utility_and_attacks
 
     base = _inputs()
     extra = pd.DataFrame(_attack_rows(), columns=base.evaluation.columns)

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.relocation import RootError, check_catalog_in_root, rewrite_sql, uri_prefix
-from jobs.session import check_root
+from jobs.spark.relocation import RootError, check_catalog_in_root, rewrite_sql, uri_prefix
+from jobs.spark.session import check_root
 
 ROOT = Path(__file__).resolve().parents[2]
 

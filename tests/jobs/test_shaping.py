@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs import shaping
+from jobs.ingest import shaping
 from udfs.errors import InvalidParameterError
 
 T0 = pd.Timestamp("2014-06-01")

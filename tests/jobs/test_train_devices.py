@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from jobs import train as train_stage
 from jobs.config import load_config
+from jobs.train import stage as train_stage
 from udfs.errors import ConfigError
 
 
@@ -117,3 +117,15 @@ def test_rank_errors_lead_with_the_ranks_that_died_silently(tmp_path):
     (tmp_path / "rank0.error").write_text("rank 0: ValueError: boom")
     assert train_stage.rank_errors(tmp_path, 2) == (
         "rank 0: ValueError: boom; rank 1: RuntimeError: Connection closed by peer")
+
+
+def test_rank_errors_count_a_rank_stopped_after_another_as_not_silent(tmp_path):
+    """Rank 0 killed hard: rank 1 either fails on the closed connection (rank1.error) or is
+    stopped by torchrun's SIGTERM first (rank1.stopped); the lead is the same either way."""
+    (tmp_path / "rank1.stopped").write_text("rank 1: stopped by its launcher (SIGTERM)")
+    msg = train_stage.rank_errors(tmp_path, 2)
+    assert msg.startswith("rank(s) [0] died without a message")
+    assert msg.endswith("rank 1: stopped by its launcher (SIGTERM)")
+    (tmp_path / "rank0.error").write_text("rank 0: ValueError: boom")
+    assert train_stage.rank_errors(tmp_path, 2) == (
+        "rank 0: ValueError: boom; rank 1: stopped by its launcher (SIGTERM)")

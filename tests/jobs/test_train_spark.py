@@ -15,18 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs import stage as harness
-from jobs import synthesize as synth_stage
-from jobs import train as train_stage
+from jobs import harness
 from jobs.config import load_config
+from jobs.synthesize import stage as synth_stage
+from jobs.train import stage as train_stage
 from models.data import TrainData
 from models.train import fit
-from tests.models._toy import tiny_options, toy_data
+from tests.models._toy import tiny_overrides, toy_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DATASET = "train_toy"
-OPTIONS = tiny_options(seed=7)
+TINY = tiny_overrides(seed=7)
 LOC_OFFSET = 100  # location ids are not row numbers: the job must map them
 
 
@@ -35,7 +35,7 @@ def _cfg(spark_config, *extra: str):
                               "spark.conf.spark.sql.shuffle.partitions=2",
                               f"dataset={DATASET}", "train.num_processes=2", "train.blocks=2",
                               "train.rounds=3", "train.noise=0.5", "train.target_epsilon=1e6",
-                              f"train.options={OPTIONS}", "synthesize.n_days=10",
+                              *TINY, "synthesize.n_days=10",
                               "synthesize.partitions=2", *extra])
 
 
@@ -45,7 +45,7 @@ def _args(**kw) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def toy_tables(spark, spark_config):
-    from jobs.catalog import write_table
+    from jobs.spark.catalog import write_table
 
     data = toy_data(n_users=6, days=8)
     rows = [(DATASET, f"u{u}", dt.date(2014, 6, 1) + dt.timedelta(days=i),
@@ -119,7 +119,7 @@ def test_runs_table_has_epsilon_and_artefacts(spark, trained, spark_config):
 def test_published_figures_are_dp_releases_or_public(spark, trained, spark_config):
     """Issue 15: the runs row held `reward_raw_mean` (exact mean critic rewards) and exact
     per-split day and user counts. Every published figure must be classified in
-    jobs.train.PUBLIC_FIGURES; the exact figures and the trained user ids sit in trusted.json
+    jobs.train.stage.PUBLIC_FIGURES; the exact figures and the trained user ids sit in trusted.json
     (mode 0600 in the 0700 run folder) and appear neither in the row nor in the stage's log.
     (The ranks' own INFO lines are checked in tests/models/test_train_privacy.py.)"""
     _, figures = trained
@@ -164,8 +164,8 @@ def test_ranks_as_barrier_tasks_with_local_mode_false(spark, trained, spark_conf
 
 def test_failing_rank_fails_the_job_with_its_message(spark, trained, spark_config, tmp_path,
                                                      monkeypatch, capsys):
-    monkeypatch.setenv("TRAJPRIV_TRAIN_FAULT", "1:1")
-    monkeypatch.setattr("jobs.session.stop_spark", lambda s: None)  # keep the shared session
+    monkeypatch.setenv("TRAJPRIV_FAULT_TRAIN", "1:1")
+    monkeypatch.setattr("jobs.spark.session.stop_spark", lambda s: None)  # keep the shared session
     conf = tmp_path / "c.yaml"
     conf.write_text(_cfg(spark_config).to_yaml())
     rc = harness.main("train", train_stage.run, ["--config", str(conf), "--run-id", "train-bad"],
@@ -177,12 +177,12 @@ def test_failing_rank_fails_the_job_with_its_message(spark, trained, spark_confi
 def test_resume_after_kill_continues_with_the_accountant(spark, trained, spark_config,
                                                          monkeypatch):
     cfg, whole = trained
-    monkeypatch.setenv("TRAJPRIV_TRAIN_FAULT", "0:2:exit")  # rank 0 dies hard before round 2
+    monkeypatch.setenv("TRAJPRIV_FAULT_TRAIN", "0:2:exit")  # rank 0 dies hard before round 2
     with pytest.raises(Exception):  # noqa: B017 - TorchDistributor or RankFailedError
         harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-killed")
     ckpt = spark_config.storage.runs_dir / "train-toy-killed" / "checkpoint"
     assert json.loads((ckpt / "LATEST.json").read_text())["round"] == 2
-    monkeypatch.delenv("TRAJPRIV_TRAIN_FAULT")
+    monkeypatch.delenv("TRAJPRIV_FAULT_TRAIN")
     resumed = harness.execute("train", train_stage.run, cfg, _args(resume="train-toy-killed"),
                               spark, "train-toy-resumed")
     assert resumed["resumed_at_round"] == 2 and resumed["rounds_done"] == 3

@@ -20,7 +20,7 @@ def tiny_config(**overrides) -> TrainConfig:
     return TrainConfig(**{**TINY_FIELDS, "rounds": 3, "noise": 0.5, "seed": 7, **overrides})
 
 
-def tiny_options(seed: int, **overrides) -> str:
-    """TINY_FIELDS and `seed` as the value of a stage config's `train.options` override."""
+def tiny_overrides(seed: int, **overrides) -> list[str]:
+    """TINY_FIELDS and `seed` as a stage config's `--set train.<field>=<value>` overrides."""
     fields = {"seed": seed, **TINY_FIELDS, **overrides}
-    return "{" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}"
+    return [f"train.{k}={v}" for k, v in fields.items()]

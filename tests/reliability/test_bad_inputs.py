@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.locmap import LocationSet, load_locations
-from jobs.readers.pipeline import ReaderOptions, ingest_local
+from jobs.ingest.locmap import LocationSet, load_locations
+from jobs.ingest.readers.pipeline import ReaderOptions, ingest_local
 from udfs.errors import (
     ConfigError,
     InputDataError,
@@ -102,7 +102,7 @@ def record(user="u1", ts="2014-06-01 11:00:00", lat="31.2500", lon="121.5000", s
 
 
 def _plt(tmp: Path, lines: list[bytes]) -> Ingested:
-    from jobs.locmap import Grid
+    from jobs.ingest.locmap import Grid
 
     folder = tmp / "007" / "Trajectory"
     folder.mkdir(parents=True)
@@ -173,8 +173,8 @@ def _big_user(tmp: Path) -> Ingested:
 
 
 def _corrupt_parquet(tmp: Path):
-    from jobs import ingest
     from jobs.config import load_config
+    from jobs.ingest import stage as ingest
 
     rec = tmp / "records"
     rec.mkdir()
@@ -392,7 +392,7 @@ CASES: list[Case] = [
     ),
     Case(
         "corrupt_parquet",
-        "jobs.ingest.plan_inputs (driver, no Spark)",
+        "jobs.ingest.stage.plan_inputs (driver, no Spark)",
         "a `.parquet` file of garbage bytes",
         _corrupt_parquet,
         raises=InputDataError,
@@ -409,7 +409,7 @@ CASES: list[Case] = [
     ),
     Case(
         "empty_location_file",
-        "jobs.locmap.load_locations",
+        "jobs.ingest.locmap.load_locations",
         "a 0-byte stations file",
         lambda t: load_locations(_write(t / "s.csv", b"")),
         raises=InputDataError,
@@ -433,7 +433,7 @@ CASES: list[Case] = [
     ),
     Case(
         "duplicate_location_ids",
-        "jobs.locmap.load_locations",
+        "jobs.ingest.locmap.load_locations",
         "station id 7 twice",
         lambda t: load_locations(
             _write(t / "s.csv", b"loc_id,lat,lon\n7,31.2,121.4\n7,31.3,121.5\n")
@@ -832,7 +832,7 @@ def test_catalogue_is_big_enough():
 
 @pytest.mark.spark
 def test_missing_table_is_input_data_error(spark):
-    from jobs.catalog import read_table
+    from jobs.spark.catalog import read_table
 
     with (
         time_limit(LIMIT_S),
@@ -845,7 +845,7 @@ def test_missing_table_is_input_data_error(spark):
 
 MISSING_TABLE_ROW = (
     "missing_table",
-    "jobs.catalog.read_table (Spark)",
+    "jobs.spark.catalog.read_table (Spark)",
     "`trajpriv_raw.no_such_table`",
     "InputDataError: table trajpriv_raw.no_such_table does not exist: run the "
     "stage that writes it first (datagen/ingest for trajpriv_raw.*, "

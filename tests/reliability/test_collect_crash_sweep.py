@@ -1,6 +1,6 @@
 """Crash anywhere, lose nothing: `collect` dies at each write boundary in turn, then one rerun.
 
-The crash is the test seam of `jobs.fault_injection` (`TRAJPRIV_TEST_CRASH_AT=<point>:raise`):
+The crash is the test seam of `udfs.faults` (`TRAJPRIV_FAULT_CRASH_AT=<point>:raise`):
 an `InjectedCrash` (a BaseException no handler catches) at the named boundary leaves exactly
 the durable state a SIGKILL there would (the writes before it committed, none after it began;
 tests/reliability/test_collect_faults.py kills a real driver process mid-release). Each
@@ -25,14 +25,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs import collect as C
-from jobs import ledger as L
-from jobs.catalog import write_table
+from jobs.collect import stage as C
 from jobs.config import config_from_mapping
-from jobs.fault_injection import COLLECT_CRASH_POINTS as CRASH_POINTS
-from jobs.fault_injection import CRASH_AT, InjectedCrash
-from jobs.stage import execute
+from jobs.harness import execute
+from jobs.spark import ledger as L
+from jobs.spark import tables
+from jobs.spark.catalog import write_table
 from udfs import collect_kernel as K
+from udfs.faults import COLLECT_CRASH_POINTS as CRASH_POINTS
+from udfs.faults import CRASH_AT, InjectedCrash
 from udfs.space import LocationSpace
 
 pytestmark = pytest.mark.spark
@@ -68,14 +69,14 @@ def raw():
 
 def _setup(spark, dataset, raw):
     locations, trajs = raw
-    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), C.LOCATIONS,
+    write_table(spark.createDataFrame(locations.assign(dataset=dataset)), tables.LOCATIONS,
                 partition_by=["dataset"], replace={"dataset": dataset})
     write_table(spark.createDataFrame(
         trajs.assign(dataset=dataset)[["dataset", "user_id", "traj_id", "date", "loc_ids", "ts",
                                        "n"]],
         "dataset string, user_id string, traj_id int, date date, loc_ids array<int>, "
         "ts array<timestamp>, n int"),
-        C.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
+        tables.TRAJECTORIES, partition_by=["dataset", "date"], replace={"dataset": dataset})
 
 
 def _config(spark_config, dataset, start, end):
@@ -145,7 +146,8 @@ def test_a_crash_at_each_write_boundary_then_one_rerun(spark, spark_config, raw,
     assert bool(rerun["recovered_releases"]) == crashed_release_recorded
 
     charges = L.rows(spark).where(f"dataset = '{dataset}' AND state = 'spent'").toPandas()
-    published = spark.table(C.PUBLISHED).where(f"dataset = '{dataset}'").toPandas()
+    published = (spark.table(tables.PERTURBED_TRAJECTORIES).where(f"dataset = '{dataset}'")
+                 .toPandas())
     # Spend equals what is published: one charge per published row, none twice, none missing.
     assert not charges.duplicated(["user_id", "date", "traj_id"]).any()
     assert sorted(charges["traj_key"]) == sorted(published["traj_key"])

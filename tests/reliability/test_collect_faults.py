@@ -1,13 +1,13 @@
 """Collection faults (issue 10): a Python worker or the driver killed in the middle of `collect`.
 
 * Worker killed: the release task's Python worker SIGKILLs itself after streaming a few users'
-  rows back (test hook `TRAJPRIV_TEST_KILL_WORKER` of jobs/fault_injection.py, first attempt of
+  rows back (test seam `TRAJPRIV_FAULT_KILL_WORKER` of udfs/faults.py, first attempt of
   one task only). Under master local[2,2] Spark retries the task; the retry redraws the same
   noise (seeded by the secret run key and the user), so the published rows must equal an
   undisturbed run's, with no duplicate, and number exactly the window's trajectories minus the
   plan's refusals.
 * Driver killed: `trajpriv collect` runs as a subprocess in its own process group; when the
-  perturbation stage has started (hook `TRAJPRIV_TEST_RELEASE_REACHED`, which stalls that task)
+  perturbation stage has started (hook `TRAJPRIV_FAULT_RELEASE_REACHED`, which stalls that task)
   the whole group (driver, JVM, Python workers) gets SIGKILL, as a machine loss would. No
   trajpriv_pub table may change; the rerun (the same command again, as Airflow's retry starts
   it) must roll the killed release forward from its ledger rows (its spend was recorded before
@@ -55,7 +55,7 @@ def _sets(root: Path, master: str) -> list[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJPRIV_TEST_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJPRIV_FAULT_")}
     env.update(PYTHONPATH=str(ROOT), TRAJPRIV_RUN_KEY=RUN_KEY,
                TRAJPRIV_PSEUDONYM_KEY=PSEUDONYM_KEY, **extra)
     return env
@@ -68,7 +68,7 @@ def _write_raw(spark) -> None:
 
     import numpy as np
 
-    from jobs.catalog import write_table
+    from jobs.spark.catalog import write_table
 
     rng = np.random.default_rng(5)
     locs = pd.DataFrame({"dataset": DATASET, "loc_id": np.arange(N_LOC, dtype=np.int32),
@@ -113,10 +113,10 @@ def _session(conf: str, steps: str, out: str) -> None:
     """(subprocess) Run `steps` in one session: raw, A, B (collections), snap (a snapshot)."""
     import argparse
 
-    from jobs import collect as C
+    from jobs.collect import stage as C
     from jobs.config import load_config
-    from jobs.session import get_spark
-    from jobs.stage import execute
+    from jobs.harness import execute
+    from jobs.spark.session import get_spark
 
     base = load_config(conf)
     spark = get_spark(base)
@@ -193,7 +193,7 @@ def first_runs(tmp_path_factory) -> tuple[dict, tuple[Path, Path, dict]]:
     root = tmp_path_factory.mktemp("collect_faults")
     marker = root / "worker_killed"
     killed = _start_session(root, "local[2,2]", "raw,A,snapA",
-                            _env(TRAJPRIV_TEST_KILL_WORKER=str(marker)))
+                            _env(TRAJPRIV_FAULT_KILL_WORKER=str(marker)))
     try:
         reference = calm()
     finally:
@@ -236,7 +236,7 @@ def test_a_driver_killed_mid_release_publishes_nothing_and_the_rerun_spends_once
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "collect", "--config", str(root / "conf.yaml"),
              *[a for s in SECOND for a in ("--set", s)], "--run-id", "collect-B"],
-            cwd=root, env=_env(TRAJPRIV_TEST_RELEASE_REACHED=str(reached)), stdout=fh,
+            cwd=root, env=_env(TRAJPRIV_FAULT_RELEASE_REACHED=str(reached)), stdout=fh,
             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + LIMIT_S

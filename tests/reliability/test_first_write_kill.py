@@ -3,7 +3,7 @@ the last one publishes the whole release, each trajectory charged once (issue 21
 
 A process killed inside a CTAS leaves the table's files in its location and no catalog entry;
 Spark then refuses that location on every later CTAS (LOCATION_ALREADY_EXISTS), which wedged
-the stage for good. `TRAJPRIV_TEST_KILL_FIRST_WRITE` makes a session write those files and
+the stage for good. `TRAJPRIV_FAULT_KILL_FIRST_WRITE` makes a session write those files and
 SIGKILL itself at the first write of each table in turn (once per table), so one root passes
 through a kill at the first write of every table that raw data and a collection create, in the
 order they are created; each rerun is the same command, as Airflow's retry starts it.
@@ -48,7 +48,7 @@ def _session(root: Path, env: dict, attempt: int) -> tuple[int, Path, Path]:
 def test_a_kill_during_each_tables_first_write_then_reruns_succeed(tmp_path):
     root, markers = tmp_path / "killed", tmp_path / "markers"
     markers.mkdir()
-    env = _env(TRAJPRIV_TEST_KILL_FIRST_WRITE=str(markers))
+    env = _env(TRAJPRIV_FAULT_KILL_FIRST_WRITE=str(markers))
     killed: list[str] = []
     for attempt in range(len(TABLES) + 3):
         before = {p.name for p in markers.iterdir()}

@@ -1,10 +1,10 @@
 """With the Hive metastore in PostgreSQL, `trajpriv sql` answers while `collect` writes
 (issue 21), and sees either the old or the new release, never half of one.
 
-A private PostgreSQL server is started for the module (`jobs.metastore_pg`, on a folder under
+A private PostgreSQL server is started for the module (`jobs.spark.metastore_pg`, on a folder under
 /tmp, a free port); the tests skip, saying why, where Debian's postgresql or its JDBC driver is
 not installed (`make postgres` installs both). The collection's release task stalls (test hook
-`TRAJPRIV_TEST_RELEASE_REACHED`) once its spend is in the ledger and before anything is
+`TRAJPRIV_FAULT_RELEASE_REACHED`) once its spend is in the ledger and before anything is
 published; a query started then must succeed. Whatever the order in which the two finish, the
 query's counts must equal either the state before the release or the state after it.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import metastore_pg
 from jobs.config import load_config
+from jobs.spark import metastore_pg
 from tests.reliability.test_collect_faults import LIMIT_S, _env, _sets
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -106,8 +106,8 @@ def test_sql_answers_while_collect_writes_and_sees_a_whole_release(pg_url, tmp_p
 
     reached = tmp_path / "release_reached"
     t0 = time.perf_counter()
-    collect = _spawn(conf, "B,snapB", _env(TRAJPRIV_TEST_RELEASE_REACHED=str(reached),
-                                           TRAJPRIV_TEST_STALL_S="20"))
+    collect = _spawn(conf, "B,snapB", _env(TRAJPRIV_FAULT_RELEASE_REACHED=str(reached),
+                                           TRAJPRIV_FAULT_STALL_S="20"))
     while not reached.exists():  # the release task has started; nothing published yet
         assert collect.poll() is None, "collect ended before its release task started"
         time.sleep(0.5)

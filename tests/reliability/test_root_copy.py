@@ -2,11 +2,11 @@
 
 `cp -a data_A data_B`, then a collection on data_B: before, the embedded metastore's absolute
 locations sent every write into data_A. Now the copy's catalog is re-pointed at data_B when it
-is first opened (`jobs.relocation`): data_A's files stay as they were (names, sizes, modification
-times), data_B ends with both collections, and the catalog of data_B names no location in
-data_A. Also for a copy of a root made before the catalog marker existed (its prefix is read
-from the metastore). A moved root is the same case (the rewrite never reads the old path).
-Subprocesses, one root (one Derby metastore) each.
+is first opened (`jobs.spark.relocation`): data_A's files stay as they were (names, sizes,
+modification times), data_B ends with both collections, and the catalog of data_B names no
+location in data_A. Also for a copy of a root made before the catalog marker existed (its
+prefix is read from the metastore). A moved root is the same case (the rewrite never reads the
+old path). Subprocesses, one root (one Derby metastore) each.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.metastore_lock import check_metastore_free
-from jobs.relocation import MARKER, run_ij
+from jobs.spark.metastore_lock import check_metastore_free
+from jobs.spark.relocation import MARKER, run_ij
 from tests.reliability.test_collect_faults import _run_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

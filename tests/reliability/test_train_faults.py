@@ -3,15 +3,18 @@ checkpoint write cut short leaves the previous checkpoint usable.
 
 * Killed between rounds: `trajpriv train` (driver, JVM, torchrun and its two ranks) runs as a
   subprocess in its own process group; once round 1's checkpoint is complete (LATEST.json, rank
-  0 then stalls on the fault hook TRAJPRIV_TRAIN_FAULT=0:1:hold), the group gets SIGKILL. The
+  0 then stalls on the fault seam TRAJPRIV_FAULT_TRAIN=0:1:hold), the group gets SIGKILL. The
   ranks live in sessions of their own (torchrun starts them so) and must exit by themselves
   (models.distributed._exit_with_launcher); then `--resume` must end with the same final weights
   (policy, value net, every critic, optimisers, random streams) and the same epsilon as an
   uninterrupted run, bit for bit: same seed, same world size, same order of sums.
-* Killed during a checkpoint write: the test hook of models/checkpoint.py
-  (TRAJPRIV_CKPT_CRASH="ROUND:FOLDER") truncates the temporary file to half and SIGKILLs the
-  writing process; the previous checkpoint must load and resume to the same result, and the
-  torn file must never be the one a reader finds (temp file + os.replace).
+* Killed during a checkpoint write: the fault seam `udfs.faults.checkpoint_write` that
+  models/checkpoint.py calls (TRAJPRIV_FAULT_CHECKPOINT="ROUND:FOLDER") truncates the temporary
+  file to half and SIGKILLs the writing process; the previous checkpoint must load and resume to
+  the same result, and the torn file must never be the one a reader finds (temp file +
+  os.replace). The job's error names rank 0 as the rank that died without a message whichever
+  reaches rank 1 first, rank 0's closed connection or torchrun's SIGTERM (rank 1 then leaves
+  `rank1.error` or `rank1.stopped`; jobs.train.stage.rank_errors).
 The uninterrupted baseline and the toy tables are made once per module in a subprocess (its own
 storage root, hence its own Derby metastore: it cannot share the test session's JVM).
 """
@@ -30,9 +33,9 @@ import pytest
 import torch
 
 from models.checkpoint import load_checkpoint
-from models.distributed import FAULT_ENV
 from models.train import fit
-from tests.models._toy import tiny_config, tiny_options, toy_data
+from tests.models._toy import tiny_config, tiny_overrides, toy_data
+from udfs.faults import CHECKPOINT, PREFIX, TRAIN
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATASET = "fault_toy"
 ROUNDS = 4
 LOC_OFFSET = 100
-OPTIONS = tiny_options(seed=11)
+OPTIONS = tiny_overrides(seed=11)
 TINY = tiny_config(rounds=ROUNDS, seed=11)
 LIMIT_S = 900  # per subprocess; a loaded 2-core machine needs ~1-2 min per `trajpriv train`
 
@@ -53,11 +56,11 @@ def _prepare(conf: str) -> None:
     import numpy as np
     import pandas as pd
 
-    from jobs import stage as harness
-    from jobs import train as train_stage
-    from jobs.catalog import write_table
+    from jobs import harness
     from jobs.config import load_config
-    from jobs.session import get_spark
+    from jobs.spark.catalog import write_table
+    from jobs.spark.session import get_spark
+    from jobs.train import stage as train_stage
 
     cfg = load_config(conf)
     spark = get_spark(cfg)
@@ -84,7 +87,7 @@ def _prepare(conf: str) -> None:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRAJPRIV_CKPT_CRASH"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update(PYTHONPATH=str(ROOT), TRAJPRIV_TORCH_THREADS="1", **extra)
     return env
 
@@ -115,7 +118,7 @@ def baseline(tmp_path_factory):
                              "spark.conf.spark.sql.shuffle.partitions=2",
                              "spark.conf.spark.driver.memory=1g", "train.num_processes=2",
                              "train.blocks=2", f"train.rounds={ROUNDS}", "train.noise=0.5",
-                             "train.target_epsilon=1e6", f"train.options={OPTIONS}"])
+                             "train.target_epsilon=1e6", *OPTIONS])
     conf = root / "conf.yaml"
     conf.write_text(cfg.to_yaml())
     log = root / "prepare.log"
@@ -207,7 +210,7 @@ def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline)
     log = conf.parent / "killed.log"
     # rank 0 stalls before round 2, after committing round 1 (fault hook `hold`): the kill lands
     # at a known round however fast the toy rounds are
-    proc = _cli(conf, "--run-id", "killed", log=log, env={**_env(), FAULT_ENV: "0:1:hold"})
+    proc = _cli(conf, "--run-id", "killed", log=log, env=_env(**{TRAIN: "0:1:hold"}))
     deadline = time.monotonic() + LIMIT_S
     family: set[int] = set()
     try:
@@ -252,9 +255,13 @@ def test_killed_during_a_checkpoint_write_keeps_the_previous_one(baseline):
     ckpt = runs / "torn" / "checkpoint"
     log = conf.parent / "torn.log"
     # rank 0 dies while writing the shared checkpoint of round 2
-    proc = _cli(conf, "--run-id", "torn", log=log, env=_env(TRAJPRIV_CKPT_CRASH="2:shared"))
-    assert proc.wait(timeout=LIMIT_S) != 0, _tail(log)
-    assert "rank(s) [0] died without a message" in _tail(log), _tail(log)  # the cause first
+    proc = _cli(conf, "--run-id", "torn", log=log, env=_env(**{CHECKPOINT: "2:shared"}))
+    assert proc.wait(timeout=LIMIT_S) == 1, _tail(log)  # EXIT_FAILURE, not a crash of the CLI
+    failed = [ln for ln in _tail(log, 20000).splitlines() if ln.startswith("trajpriv train: ")]
+    assert failed and failed[-1].startswith("trajpriv train: failed:"), _tail(log)
+    # the cause first: rank 0 left no file; rank 1 said why it stopped, whichever way it did
+    assert "training failed: rank(s) [0] died without a message" in failed[-1], failed[-1]
+    assert "rank 1: " in failed[-1], failed[-1]
     assert json.loads((ckpt / "LATEST.json").read_text())["round"] == 1
     torn = ckpt / "round-000002" / "shared"
     assert not (torn / "latest.pt").exists()
@@ -280,10 +287,10 @@ def test_fit_killed_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     folder = tmp_path / "ckpt"
     code = ("import torch; torch.set_num_threads(1); from models.train import fit;"
             "from tests.reliability.test_train_faults import TINY;"
-            "from tests.models._toy import tiny_config, tiny_options, toy_data;"
+            "from tests.models._toy import tiny_config, tiny_overrides, toy_data;"
             f"fit(TINY, toy_data(n_users=6), checkpoint_dir={str(folder)!r}, blocks=2)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env=_env(TRAJPRIV_CKPT_CRASH="2:ckpt"), timeout=LIMIT_S)
+                         env=_env(**{CHECKPOINT: "2:ckpt"}), timeout=LIMIT_S)
     assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
     assert load_checkpoint(folder)["round"] == 1
     assert len(list(folder.glob(".ckpt-*.tmp"))) == 1

@@ -1,0 +1,672 @@
+"""`trajpriv collect`: one LDP release of raw trajectories on Spark (DESIGN.md sections 3, 4, 10).
+
+Reads `trajpriv_raw.trajectories` of one dataset inside the collection window (the DAG passes
+its data interval), skips every trajectory already released under this setting (release once:
+`--fresh` releases again, as new spend), plans each user's budget (`privacy:`), and releases
+the rest with `collect.mechanism` at `collect.epsilon` into
+`trajpriv_pub.perturbed_trajectories` (+ the view `perturbed_points`).
+
+Commit protocol (the ledger's states, `jobs.spark.ledger`): plan (no noise) -> ledger `planned` +
+`spent` rows -> perturbed rows of the release, computed from exactly its `spent` rows ->
+`published` -> `trajpriv_pub.releases` row -> `registered` -> trusted utility figures ->
+`evaluated`. Each run first rolls forward every release of the dataset that a crash left
+short of `evaluated`, with the same secret seeds, so after a crash at any boundary and one
+rerun the published rows equal an undisturbed run's and the ledger charges each published
+trajectory exactly once. The privacy logic (budget windows, refusals, seeding, pseudonyms)
+is in `udfs.collect_kernel`; this module reads, groups, calls the kernels and writes.
+
+Utility figures (NE, PRQ, ACD, Kendall tau against the raw trajectories) are raw-derived: they
+go to the trusted zone (`trajpriv_trusted.evaluation`), never to `trajpriv_pub`.
+
+Run: `trajpriv collect --config conf/default.yaml [--fresh]` or
+`spark-submit jobs/submit.py collect --config conf/default.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel, TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.config import Config
+from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
+from jobs.spark import ledger
+from jobs.spark.catalog import read_table, table_exists, write_table
+from jobs.spark.per_user import per_user, user_bounds
+from jobs.spark.per_user import release as free_shared
+from jobs.spark.tables import (
+    LOCATIONS,
+    PERTURBED_POINTS,
+    PERTURBED_TRAJECTORIES,
+    RELEASES,
+    TRAJECTORIES,
+)
+from udfs import collect_kernel as K
+from udfs import faults
+from udfs.budget import times_up
+from udfs.errors import BudgetExceededError, InputDataError
+from udfs.space import LocationSpace
+
+log = logging.getLogger("trajpriv.collect")
+
+STAGE = "collect"
+ALREADY_RELEASED = "already_released"
+
+#: Figures of a collect run that go to `trajpriv_pub.runs` (public by design: they describe
+#: the published release, whose rows anyone can count). Everything else (refusal counts, the
+#: plan, timings of raw work) stays in the run folder (trusted zone).
+PUBLIC_FIGURES = ("dataset", "mechanism", "epsilon", "release_id", "trajectories_released",
+                  "epsilon_spent", "recovered_releases", "fresh", "wall_s")
+
+PLAN_SCHEMA = T.StructType(
+    [
+        T.StructField("user_id", T.StringType()),
+        T.StructField("date", T.DateType()),
+        T.StructField("traj_id", T.LongType()),
+        T.StructField("loc_ids", T.ArrayType(T.IntegerType())),
+        T.StructField("n", T.IntegerType()),
+        T.StructField("window_start", T.DateType()),
+        T.StructField("cost", T.DoubleType()),
+        T.StructField("remaining", T.DoubleType()),
+        T.StructField("released", T.BooleanType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("plan_partition", T.IntegerType()),
+        T.StructField("traj_key", T.StringType()),  # released rows only: the published key
+    ]
+)
+RELEASE_SCHEMA = T.StructType(
+    [
+        T.StructField("pseudonym", T.StringType()),
+        T.StructField("traj_key", T.StringType()),
+        T.StructField("date", T.DateType()),
+        T.StructField("mechanism", T.StringType()),
+        T.StructField("epsilon", T.DoubleType()),
+        T.StructField("loc_ids", T.ArrayType(T.IntegerType())),
+        T.StructField("n", T.IntegerType()),
+    ]
+)
+SPEND_SCHEMA = T.StructType(
+    [
+        T.StructField("user_id", T.StringType()),
+        T.StructField("epsilon", T.DoubleType()),
+        T.StructField("window_start", T.DateType()),
+        T.StructField("spends", T.LongType()),
+    ]
+)
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    """`--fresh`: release trajectories already released under this setting again (new spend)."""
+    if "--fresh" not in parser._option_string_actions:  # `trajpriv run` merges every stage's args
+        parser.add_argument(
+            "--fresh",
+            action="store_true",
+            help="release again trajectories already released under this setting (new spend, "
+            "charged in the ledger; averaging two releases weakens each one's protection)",
+        )
+
+
+def policy_of(cfg: Config) -> K.BudgetPolicy:
+    return K.BudgetPolicy(cfg.privacy.budget, cfg.privacy.window_days)
+
+
+def publish_options(cfg: Config) -> K.PublishOptions:
+    p = cfg.publish
+    return K.PublishOptions(date=p.date, traj_key=p.traj_key, pseudonym=p.pseudonym,
+                            window_days=cfg.privacy.window_days)
+
+
+# ----------------------------------------------------------------------------- inputs
+def load_space(spark: SparkSession, dataset: str) -> tuple[LocationSpace, DataFrame]:
+    """The public location set P of `dataset` (loc_id must be 0..|P|-1) and its table rows."""
+    locations = (
+        read_table(spark, LOCATIONS)
+        .where(F.col("dataset") == dataset)
+        .select(F.col("loc_id").cast("int").alias("loc_id"), "lat", "lon")
+    )
+    pdf = locations.orderBy("loc_id").toPandas()
+    if pdf.empty:
+        raise InputDataError(
+            f"{LOCATIONS} has no rows for dataset {dataset!r}: run ingest for that dataset first"
+        )
+    ids = pdf["loc_id"].to_numpy()
+    if not np.array_equal(ids, np.arange(len(ids))):
+        raise InputDataError(
+            f"{LOCATIONS} for dataset {dataset!r}: loc_id must be 0..{len(ids) - 1} without gaps "
+            "(the mechanisms index P by loc_id); re-run ingest"
+        )
+    space = LocationSpace.from_latlon(pdf["lat"].to_numpy(), pdf["lon"].to_numpy())
+    return space, locations
+
+
+def raw_trajectories(spark: SparkSession, dataset: str) -> DataFrame:
+    """(user_id, date, traj_id, loc_ids, n) of the dataset (no timestamps read)."""
+    # A row without a user cannot be charged to anyone's budget (ingest never writes one).
+    df = read_table(spark, TRAJECTORIES).where(
+        (F.col("dataset") == dataset) & F.col("user_id").isNotNull()
+    )
+    return df.select(
+        F.col("user_id").cast("string").alias("user_id"),
+        F.col("date").cast("date").alias("date"),
+        F.col("traj_id").cast("long").alias("traj_id"),
+        F.col("loc_ids").cast("array<int>").alias("loc_ids"),
+        F.col("n").cast("int").alias("n"),
+    )
+
+
+def read_window(spark: SparkSession, cfg: Config) -> DataFrame:
+    """Raw trajectories of the dataset inside the collection window."""
+    c = cfg.collect
+    df = raw_trajectories(spark, cfg.dataset)
+    if c.window_start is not None:
+        df = df.where(F.col("date") >= F.lit(c.window_start))
+    if c.window_end is not None:
+        df = df.where(F.col("date") <= F.lit(c.window_end))
+    return df
+
+
+def prior_spend(spark: SparkSession, cfg: Config, policy: K.BudgetPolicy) -> DataFrame:
+    """Prior collection spend (user_id, epsilon, window_start, spends) that can share a window
+    with the trajectories of this run, from the trajectory dates of every ledger row.
+
+    Aggregated in Spark to one row per (user, day, epsilon) with the number of such spends:
+    the planner re-aligns days to the current windows and its sums stay exact (count x
+    epsilon), and the ledger does not travel to Python row by row. Nothing is left out: every
+    charge of every release, complete or not, counts.
+    """
+    c = cfg.collect
+    df = ledger.collect_spend(spark, cfg.dataset)
+    if c.window_start is not None:
+        df = df.where(F.col("date") >= F.lit(policy.window_start(c.window_start)))
+    if c.window_end is not None:
+        end = policy.window_start(c.window_end) + dt.timedelta(days=policy.window_days)
+        df = df.where(F.col("date") < F.lit(end))
+    return (
+        df.select("user_id", F.col("epsilon").cast("double"), F.col("date").alias("window_start"))
+        .groupBy("user_id", "window_start", "epsilon")
+        .agg(F.count(F.lit(1)).alias("spends"))
+    )
+
+
+def already_released(spark: SparkSession, cfg: Config) -> DataFrame:
+    """(user_id, date, traj_id) of trajectories charged under this setting before."""
+    c = cfg.collect
+    return (
+        ledger.collect_spend(spark, cfg.dataset)
+        .where((F.col("mechanism") == c.mechanism) & (F.col("epsilon") == float(c.epsilon)))
+        .select("user_id", "date", "traj_id")
+        .distinct()
+    )
+
+
+# ----------------------------------------------------------------------------- plan
+def build_plan(
+    trajectories: DataFrame,
+    ledger: DataFrame,
+    *,
+    cost: float,
+    policy: K.BudgetPolicy,
+    n_locations: int,
+    max_len: int | None,
+    partitions: int,
+    traj_key_of=None,
+    timer=None,
+) -> DataFrame:
+    """Budget plan of every user (no randomness). Row shape: PLAN_SCHEMA.
+
+    Trajectories and prior ledger rows travel in one stream, hash-partitioned and sorted by
+    user, and the vectorised planner takes many whole users per call (a call per user cost more
+    in pandas overhead than the planning itself). The output stays partitioned by user_id
+    (each row notes its `plan_partition`), so the release reads it without a second shuffle.
+    Released rows get their published `traj_key` here (`traj_key_of(user, iso date, traj_id)`,
+    the keyed hash the release uses), so the ledger's charges name the published rows.
+    """
+    # Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
+    # The other kind's numeric columns hold fillers, not nulls: pandas would turn an int
+    # column with nulls into floats.
+    stream = trajectories.select(
+        "user_id", "date", "traj_id", "loc_ids", "n",
+        F.lit(0.0).alias("epsilon"),
+        F.col("date").alias("window_start"),
+        F.lit(0).cast("long").alias("spends"),
+        F.lit(False).alias("is_ledger"),
+    ).unionByName(
+        ledger.select(
+            "user_id",
+            F.col("window_start").alias("date"),
+            F.lit(-1).cast("long").alias("traj_id"),
+            F.lit(None).cast("array<int>").alias("loc_ids"),
+            F.lit(0).alias("n"),
+            "epsilon",
+            "window_start",
+            "spends",
+            F.lit(True).alias("is_ledger"),
+        )
+    )
+
+    def planner(pdf: pd.DataFrame, _shared) -> pd.DataFrame | None:
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()  # which user partition planned these rows
+        is_ledger = pdf["is_ledger"].to_numpy(dtype=bool)
+        trajs = pdf.loc[~is_ledger, ["user_id", "date", "traj_id", "loc_ids", "n"]]
+        spent = pdf.loc[is_ledger, ["user_id", "epsilon", "window_start", "spends"]]
+        if trajs.empty:
+            return None
+        t0 = time.perf_counter()
+        out = K.plan_users(trajs, spent, cost=cost, policy=policy,
+                           n_locations=n_locations, max_len=max_len)
+        if timer is not None:
+            timer.add(time.perf_counter() - t0)
+        return out.assign(plan_partition=np.int32(part), traj_key=_keys(out))
+
+    def _keys(plan: pd.DataFrame) -> np.ndarray:
+        keys = np.full(len(plan), None, dtype=object)
+        mine = plan["released"].to_numpy(dtype=bool)
+        if traj_key_of is not None and mine.any():
+            rel = plan[mine]
+            keys[mine] = [
+                traj_key_of(u, d, int(t))
+                for u, d, t in zip(rel["user_id"], K.iso_dates(rel["date"]), rel["traj_id"],
+                                   strict=True)
+            ]
+        return keys
+
+    return per_user(stream, planner, PLAN_SCHEMA, partitions=partitions)
+
+
+def summarise_plan(plan: DataFrame) -> dict[str, Any]:
+    """Counts by reason (trajectories, points, users) from the persisted plan, in one job."""
+    released = F.col("released")
+    aggs = [
+        F.countDistinct("user_id").alias("users"),
+        F.countDistinct(F.when(released, F.col("user_id"))).alias("users_released"),
+        F.max("remaining").alias("max_remaining"),
+        F.collect_set(F.when(released, F.col("n"))).alias("lengths"),
+    ]
+    for i, reason in enumerate(K.REASONS):
+        hit = F.col("reason") == reason
+        aggs += [
+            F.count(F.when(hit, F.lit(1))).alias(f"t{i}"),
+            F.sum(F.when(hit, F.col("n"))).alias(f"p{i}"),
+        ]
+    row = plan.agg(*aggs).first()
+    counts = {
+        reason: {"trajectories": int(row[f"t{i}"]), "points": int(row[f"p{i}"] or 0)}
+        for i, reason in enumerate(K.REASONS)
+        if row[f"t{i}"]
+    }
+    if K.RELEASED in counts:
+        counts[K.RELEASED]["users"] = int(row["users_released"])
+    return {
+        "counts": counts,
+        "users": int(row["users"]),
+        "users_released": int(row["users_released"]),
+        "max_remaining": row["max_remaining"],
+        "lengths": sorted(int(x) for x in row["lengths"]),
+    }
+
+
+def nothing_to_release(summary: dict[str, Any], budget: float) -> str | None:
+    """Why the plan releases nothing (None when it releases something).
+
+    Only invalid trajectories: InputDataError (ingest is to blame, not the budget). Exhausted
+    budgets are the budget working as declared: the run spends nothing and says so (a daily
+    schedule then simply resumes in the next window).
+    """
+    counts = summary["counts"]
+    if counts.get(K.RELEASED, {}).get("trajectories", 0):
+        return None
+    exhausted = counts.get(K.WINDOW_EXHAUSTED, {}).get("trajectories", 0)
+    invalid = counts.get(K.INVALID, {}).get("trajectories", 0)
+    if invalid and not exhausted:
+        raise InputDataError(
+            f"no trajectory can be released: {invalid} of the window's trajectories are invalid "
+            "(empty, n disagreeing with loc_ids, a loc_id outside the dataset's locations or "
+            "longer than collect.max_len); re-run ingest for this dataset"
+        )
+    if exhausted:
+        return (f"every user with a new trajectory has spent their budget of {budget:g} in its "
+                f"window ({exhausted} trajectories refused); they are released in later windows "
+                "or not at all")
+    return "no new trajectory in the window"
+
+
+# ----------------------------------------------------------------------------- release
+def release_fn(kernel: K.ReleaseKernel, timer=None):
+    """The per-user kernel of the release: a frame of whole users -> their published rows.
+
+    The kernel still runs once per user (each user has their own random stream); taking many
+    users per call only saves the per-group Arrow round trip of applyInPandas (about 1 ms a
+    user). `per_user` guarantees every user arrives whole, in (date, traj_id) order.
+    """
+    def release(pdf: pd.DataFrame, space: LocationSpace) -> pd.DataFrame:
+        outs = []
+        for a, b in user_bounds(pdf["user_id"].to_numpy()):
+            faults.on_release_group(TaskContext.get)  # test seam; a no-op unless a test sets it
+            t0 = time.perf_counter()
+            outs.append(kernel(pdf.iloc[a:b], space))
+            if timer is not None:
+                timer.add(time.perf_counter() - t0)
+        return pd.concat(outs, ignore_index=True)
+
+    return release
+
+
+def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
+    secrets_dir = cfg.storage.secrets
+    pkey = pseudonym_key(secrets_dir)
+    c = cfg.collect
+    return K.ReleaseKernel(
+        dataset=cfg.dataset,
+        settings=tuple(settings),
+        seed_for=functools.partial(user_seed, run_key(secrets_dir)),
+        pseudonym_of=functools.partial(pseudonym, pkey),
+        traj_key_of=functools.partial(pseudonym, pkey),
+        options={
+            "granularity": c.granularity,
+            "r_dir": c.r_dir,
+            "calibrated": c.calibrated,
+            "max_len": c.max_len,
+        },
+        publish=publish_options(cfg),
+    )
+
+
+def perturb_users(rows: DataFrame, space: LocationSpace, kernel: K.ReleaseKernel,
+                  timer=None) -> DataFrame:
+    """(user_id, date, traj_id, loc_ids) -> RELEASE_SCHEMA rows, whole users per call; the
+    location space is broadcast once (free it with `per_user.release` after the write)."""
+    return per_user(rows.select("user_id", "date", "traj_id", "loc_ids"),
+                    release_fn(kernel, timer), RELEASE_SCHEMA, shared=space,
+                    order=("date", "traj_id"))
+
+
+def ensure_view(spark: SparkSession) -> None:
+    """`perturbed_points`: one row per published point with its public coordinates."""
+    if not table_exists(spark, PERTURBED_TRAJECTORIES):
+        return
+    spark.sql(
+        f"""
+        CREATE OR REPLACE VIEW {PERTURBED_POINTS} AS
+        SELECT x.release_id, x.dataset, x.mechanism, x.epsilon, x.pseudonym,
+               x.traj_key, x.date, x.seq, x.loc_id, l.lat, l.lon
+        FROM (
+            SELECT t.*, p.seq, p.loc_id
+            FROM {PERTURBED_TRAJECTORIES} t LATERAL VIEW posexplode(t.loc_ids) p AS seq, loc_id
+        ) x
+        JOIN {LOCATIONS} l ON l.dataset = x.dataset AND l.loc_id = x.loc_id
+        """
+    )
+
+
+def published_rows(spark: SparkSession, dataset: str) -> DataFrame | None:
+    """Every published row of `dataset` (all releases), or None before the first release."""
+    if not table_exists(spark, PERTURBED_TRAJECTORIES):
+        return None
+    return spark.table(PERTURBED_TRAJECTORIES).where(F.col("dataset") == dataset)
+
+
+def published_with_raw(spark: SparkSession, dataset: str) -> DataFrame | None:
+    """Trusted zone only: each published row next to its raw trajectory's identity.
+
+    Row shape: (release_id, mechanism, epsilon, traj_key, pert array<int>, user_id, date,
+    traj_id): the published rows joined with the ledger's charges of their release (which
+    name the raw trajectory), so no published key needs recomputing.
+    """
+    pub = published_rows(spark, dataset)
+    if pub is None:
+        return None
+    charges = ledger.rows(spark).where(
+        (F.col("stage") == STAGE) & (F.col("state") == ledger.SPENT)
+        & (F.col("dataset") == dataset)
+    ).select("release_id", "traj_key", "user_id", "date", "traj_id")
+    return pub.select("release_id", "mechanism", "epsilon", "traj_key",
+                      F.col("loc_ids").alias("pert")).join(charges, ["release_id", "traj_key"])
+
+
+# ----------------------------------------------------------------------------- one release
+def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
+                   space: LocationSpace, locations: DataFrame,
+                   figures: dict[str, Any]) -> None:
+    """Take `release` from its last recorded state to `evaluated` (idempotent steps).
+
+    Its perturbed rows are computed from exactly its `spent` rows in the ledger (joined with
+    the raw trajectories they name), seeded by (key, dataset, release id, user): the same rows
+    whether this is the run that planned it or a later one rolling it forward.
+    """
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
+    charges = ledger.spent_rows(spark, release.release_id)
+    if ledger.PUBLISHED not in release.states:
+        t0 = time.perf_counter()
+        raw = raw_trajectories(spark, cfg.dataset)
+        todo = charges.select("user_id", "date", "traj_id").join(
+            raw, ["user_id", "date", "traj_id"])
+        timer = spark.sparkContext.accumulator(0.0)
+        released = perturb_users(todo, space, release_kernel(cfg, [setting]), timer)
+        out = released.select(
+            F.lit(release.run_id).alias("run_id"),
+            F.lit(cfg.dataset).alias("dataset"),
+            F.lit(release.release_id).alias("release_id"),
+            "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
+        )
+        # One partition (dataset, release_id): a redo replaces exactly this release's rows.
+        write_table(out, PERTURBED_TRAJECTORIES,
+                    covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+        free_shared(released)
+        figures.setdefault("release_s", 0.0)
+        figures["release_s"] += round(time.perf_counter() - t0, 3)
+        figures["kernel_cpu_s"] = round(timer.value, 3)
+        faults.crash_point("after_publish")
+        ledger.mark(spark, release, ledger.PUBLISHED)
+        faults.crash_point("after_published_mark")
+    if ledger.REGISTERED not in release.states:
+        register_release(spark, cfg, release)
+        ensure_view(spark)
+        faults.crash_point("after_registry")
+        ledger.mark(spark, release, ledger.REGISTERED)
+        faults.crash_point("after_registered_mark")
+    if ledger.EVALUATED not in release.states:
+        t0 = time.perf_counter()
+        rows = release_metrics(spark, cfg, release, space, locations)
+        figures.setdefault("metrics", {}).update(
+            {r["metric"]: (None if r["value"] != r["value"] else round(r["value"], 6))
+             for r in rows})
+        faults.crash_point("after_evaluation")
+        ledger.mark(spark, release, ledger.EVALUATED)
+        figures["metrics_s"] = round(time.perf_counter() - t0, 3)
+
+
+def register_release(spark: SparkSession, cfg: Config, release: ledger.Release) -> None:
+    """One row in `trajpriv_pub.releases` (counts of the published rows: public by design)."""
+    pub = spark.table(PERTURBED_TRAJECTORIES).where(
+        (F.col("dataset") == cfg.dataset) & (F.col("release_id") == release.release_id))
+    counts = pub.agg(F.count(F.lit(1)).alias("t"), F.sum("n").alias("p")).first()
+    row = (cfg.dataset, release.release_id, release.mechanism, float(release.epsilon),
+           int(counts["t"]), int(counts["p"] or 0), ledger.now())
+    schema = ("dataset string, release_id string, mechanism string, epsilon double, "
+              "trajectories long, points long, created_at timestamp")
+    write_table(spark.createDataFrame([row], schema), RELEASES,
+                covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+
+
+def release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,
+                    space: LocationSpace, locations: DataFrame) -> list[dict[str, Any]]:
+    """NE/PRQ/ACD/Kendall tau of one release against the raw trajectories (trusted zone)."""
+    from jobs.collect.metrics import ldp_metrics
+    from jobs.spark.evaluation import write_evaluation
+
+    pairs = published_with_raw(spark, cfg.dataset)
+    raw = raw_trajectories(spark, cfg.dataset).select(
+        "user_id", "date", "traj_id", F.col("loc_ids").alias("true_ids"))
+    pairs = (pairs.where(F.col("release_id") == release.release_id)
+             .join(raw, ["user_id", "date", "traj_id"])
+             .select("mechanism", "epsilon", "traj_key", F.col("pert").alias("pert_ids"),
+                     "true_ids"))
+    rows = ldp_metrics(pairs, locations, diameter=space.diameter, prq_km=cfg.study.prq_km,
+                       top_fraction=cfg.study.acd_top_fraction, n_locations=space.n)
+    write_evaluation(
+        spark,
+        [{"method": f"{r['mechanism']}-release", "setting": r["epsilon"],
+          "metric": r["metric"], "value": r["value"]} for r in rows],
+        run_id=release.release_id,
+        dataset=cfg.dataset,
+    )
+    return rows
+
+
+# ----------------------------------------------------------------------------- the stage
+def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
+    c = cfg.collect
+    fresh = bool(getattr(ctx.args, "fresh", False))
+    figures: dict[str, Any] = {
+        "dataset": cfg.dataset, "mechanism": c.mechanism, "epsilon": float(c.epsilon),
+        "fresh": fresh, "window": [str(c.window_start), str(c.window_end)],
+    }
+    policy = policy_of(cfg)
+    setting = K.Setting(c.mechanism, float(c.epsilon))
+    cost = K.sweep_cost([setting])
+    if cost > policy.user_budget:
+        raise BudgetExceededError(
+            f"collect.epsilon {cost:g} per trajectory exceeds privacy.budget "
+            f"{policy.user_budget:g} per {policy.window_days} days: no trajectory could be "
+            "released; lower collect.epsilon or raise privacy.budget"
+        )
+    space, locations = load_space(spark, cfg.dataset)
+
+    # 1. Roll forward what a crash left unfinished (its spend is already in the ledger).
+    releases = ledger.collect_releases(spark, cfg.dataset)
+    pending = [r for r in releases if not r.complete]
+    for rel in pending:
+        log.warning("release %s (run %s) stopped before %s: finishing it from its ledger rows "
+                    "(same noise, no new spend)", rel.release_id, rel.run_id,
+                    next(s for s in (ledger.PUBLISHED, ledger.REGISTERED, ledger.EVALUATED)
+                         if s not in rel.states))
+        finish_release(spark, cfg, rel, space, locations, figures)
+    figures["recovered_releases"] = [r.release_id for r in pending]
+
+    # 2. Plan, then spend: validate the whole budget plan before any noise is drawn.
+    release_id = ledger.new_release_id(ctx.run_id, {r.release_id for r in releases})
+    figures["release_id"] = release_id
+    pkey = pseudonym_key(cfg.storage.secrets)
+    publish = publish_options(cfg)
+    t0 = time.perf_counter()
+    window = read_window(spark, cfg)
+    if not fresh:
+        before = window
+        window = window.join(already_released(spark, cfg), ["user_id", "date", "traj_id"],
+                             "left_anti")
+    plan_timer = spark.sparkContext.accumulator(0.0)
+    plan = build_plan(
+        window,
+        prior_spend(spark, cfg, policy),
+        cost=cost,
+        policy=policy,
+        n_locations=space.n,
+        max_len=c.max_len,
+        partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
+        traj_key_of=lambda u, d, t: pseudonym(pkey, publish.key_message(cfg.dataset, u, d, t,
+                                                                        release_id)),
+        timer=plan_timer,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        summary = summarise_plan(plan)
+        figures["plan_s"] = round(time.perf_counter() - t0, 3)
+        figures["plan_kernel_cpu_s"] = round(plan_timer.value, 3)
+        counts = summary["counts"]
+        n_released = counts.get(K.RELEASED, {}).get("trajectories", 0)
+        skipped = 0 if fresh else before.count() - sum(v["trajectories"] for v in
+                                                       counts.values())
+        figures.update(
+            trajectories_in_window=sum(v["trajectories"] for v in counts.values()) + skipped,
+            trajectories_released=n_released,
+            points_released=counts.get(K.RELEASED, {}).get("points", 0) or 0,
+            users=summary["users"],
+            users_released=summary["users_released"],
+            refused={**{r: counts[r]["trajectories"] for r in counts if r != K.RELEASED},
+                     **({ALREADY_RELEASED: skipped} if skipped else {})},
+            epsilon_spent=0.0,
+        )
+        why = nothing_to_release(summary, policy.user_budget)
+        if why is not None:
+            # No counts in the log line (raw-derived; Airflow task logs leave the trusted
+            # zone): they are in the run folder's figures.json.
+            log.warning("collect %s: nothing released, nothing spent: %s", figures["window"],
+                        why.split(" (")[0])
+            figures.update(release_id=None, nothing_released=why)
+            ensure_view(spark)
+            return figures
+        release = ledger.Release(release_id, ctx.run_id, cfg.dataset, c.mechanism,
+                                 float(c.epsilon), frozenset(),
+                                 {"epsilon": float(c.epsilon), "trajectories": n_released})
+        figures["explain"] = write_explain(
+            cfg, ctx.run_id, explain_report(cfg, release, cost, policy, summary, space))
+        figures["epsilon_spent"] = times_up(cost, n_released)
+
+        # 3. Spend: the planned marker and one charge per trajectory, in one append.
+        faults.crash_point("before_ledger")
+        t1 = time.perf_counter()
+        recorded = ledger.now()
+        charges = plan.where("released").select(
+            F.lit(cfg.dataset).alias("dataset"), "user_id", "date", "traj_id", "traj_key",
+            F.lit(ctx.run_id).alias("run_id"), F.lit(c.mechanism).alias("mechanism"),
+            F.lit(setting.charge).alias("epsilon"), F.lit(0.0).alias("delta"),
+            F.lit(ledger.SPENT).alias("state"), F.lit(None).cast("string").alias("detail"),
+            F.lit(recorded).cast("timestamp").alias("recorded_at"),
+            F.lit(STAGE).alias("stage"), F.lit(release_id).alias("release_id"),
+        )
+        ledger.append(charges.unionByName(
+            ledger.marker_frame(spark, release, ledger.PLANNED, release.detail)))
+        figures["ledger_s"] = round(time.perf_counter() - t1, 3)
+        faults.crash_point("after_ledger")
+    finally:
+        plan.unpersist()
+
+    # 4. Release, register, measure: the same steps a rolled-forward release takes.
+    finish_release(spark, cfg, release, space, locations, figures)
+    return figures
+
+
+# ----------------------------------------------------------------------------- explain
+def explain_report(cfg, release, cost, policy, summary, space) -> dict[str, Any]:
+    """Where epsilon goes: per trajectory, per mechanism step, and per user window."""
+    c = cfg.collect
+    options = {"granularity": c.granularity, "r_dir": c.r_dir, "calibrated": c.calibrated}
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
+    return {
+        "run_id": release.run_id,
+        "release_id": release.release_id,
+        "dataset": cfg.dataset,
+        "window": [str(c.window_start), str(c.window_end)],
+        "policy": {
+            "unit": cfg.privacy.unit,
+            "budget": policy.user_budget,
+            "window_days": policy.window_days,
+            "window_epoch": K.EPOCH.isoformat(),
+        },
+        "epsilon_per_released_trajectory": cost,
+        "plan": {
+            reason: {k: v for k, v in row.items() if k != "reason"}
+            for reason, row in summary["counts"].items()
+        },
+        "publish": cfg.publish.model_dump(),
+        "mechanism_steps": K.explain_settings(space, [setting], summary["lengths"] or [1],
+                                              options),
+    }
+
+
+def write_explain(cfg: Config, run_id: str, report: dict[str, Any]) -> str:
+    from jobs.run_folder import write_run_json
+
+    return write_run_json(cfg, run_id, "collect_explain.json", report)
+

@@ -1,0 +1,208 @@
+"""The harness every stage runs in (`trajpriv <stage>`, `spark-submit jobs/submit.py <stage>`).
+
+A stage is a function `run(spark, cfg, ctx) -> dict` of figures. The harness parses the command
+line, validates the config before any Spark work, builds the session, records the run in
+`trajpriv_pub.runs` (status ok/failed with the figures) and turns every expected failure into one
+clear line on stderr and a non-zero exit: a data engineer reads why, not a Java stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config import Config, load_config
+from jobs.run_folder import write_trusted_figures
+from udfs.errors import ConfigError, TrajprivError
+
+log = logging.getLogger("trajpriv")
+
+EXIT_USER_ERROR = 2
+EXIT_FAILURE = 1
+
+
+@dataclass
+class StageContext:
+    """What a stage knows about its own execution: ids, flags and where to put figures."""
+
+    stage: str
+    run_id: str
+    started_at: dt.datetime
+    args: argparse.Namespace
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+StageFn = Callable[[Any, Config, StageContext], dict[str, Any] | None]
+ArgsFn = Callable[[argparse.ArgumentParser], None]
+
+
+def new_run_id(stage: str) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{stage}-{stamp}-{secrets.token_hex(3)}"
+
+
+def add_overrides(
+    parser: argparse.ArgumentParser,
+    help: str = "override a config value (repeatable), e.g. --set study.epsilons=[1,4]",
+) -> None:
+    """`--set KEY.PATH=VALUE` (repeatable) into args.overrides: every entry point's override."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help
+    )
+
+
+def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"trajpriv {stage}", description=f"trajpriv {stage} stage"
+    )
+    parser.add_argument("--config", default="conf/default.yaml", help="YAML config file")
+    add_overrides(parser)
+    parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
+    if add_args is not None:
+        add_args(parser)
+    return parser
+
+
+def configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One readable line for an unexpected failure, Java errors included."""
+    if isinstance(exc, TrajprivError):
+        return str(exc)
+    name = type(exc).__name__
+    text = str(exc).strip()
+    # Spark's Python-side exceptions carry the useful line first; drop JVM stack frames.
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")), "")
+    return f"{name}: {first[:800]}"
+
+
+def execute(
+    stage: str,
+    fn: StageFn,
+    cfg: Config,
+    args: argparse.Namespace,
+    spark: Any,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Run one stage in an existing session and record it; re-raises after recording a failure."""
+    from jobs.spark.catalog import record_run
+
+    ctx = StageContext(
+        stage=stage,
+        run_id=run_id or new_run_id(stage),
+        started_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        args=args,
+    )
+    t0 = time.perf_counter()
+    public_keys = public_figures_of(fn)
+    log.info("stage %s started (run %s, dataset %s)", stage, ctx.run_id, cfg.dataset)
+    status = "failed"
+    try:
+        finish_interrupted_ingests(spark, cfg, ctx)
+        result = fn(spark, cfg, ctx) or {}
+        ctx.figures.update(result)
+        status = "ok"
+        return ctx.figures
+    except BaseException as exc:
+        ctx.figures["error"] = describe_failure(exc)
+        raise
+    finally:
+        ctx.figures["wall_s"] = round(time.perf_counter() - t0, 3)
+        published = ctx.figures
+        if public_keys is not None:
+            # The stage lists which figures are public by design; the rest are trusted-zone
+            # (raw-derived counts, diagnostics) and stay in the run folder.
+            published = public_view(fn, ctx.figures)
+            try:
+                write_trusted_figures(cfg, ctx.run_id, ctx.figures)
+            except OSError as exc:
+                log.warning("could not write the run folder of %s: %s", ctx.run_id, exc)
+        try:
+            record_run(
+                spark,
+                run_id=ctx.run_id,
+                stage=stage,
+                config_yaml=cfg.to_yaml(),
+                started_at=ctx.started_at,
+                finished_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                status=status,
+                figures=published,
+            )
+        except Exception as rec_exc:  # recording must not hide the stage's own outcome
+            log.warning("could not record run %s: %s", ctx.run_id, describe_failure(rec_exc))
+        log.info("stage %s %s in %.1f s", stage, status, ctx.figures["wall_s"])
+
+
+def public_figures_of(fn: StageFn):
+    """The stage module's PUBLIC_FIGURES (None: the stage publishes every figure)."""
+    return getattr(sys.modules.get(getattr(fn, "__module__", "")), "PUBLIC_FIGURES", None)
+
+
+def public_view(fn: StageFn, figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a run that may leave the trusted zone: the runs table and the console
+    line (Airflow keeps task logs where its users read them)."""
+    keys = public_figures_of(fn)
+    if keys is None:
+        return figures
+    return {k: v for k, v in figures.items() if k in keys or k == "error"}
+
+
+def finish_interrupted_ingests(spark: Any, cfg: Config, ctx: StageContext) -> None:
+    """Before any stage reads a table: finish an ingest killed among its table writes, so
+    the raw tables are never a mix of two ingests (`jobs.ingest.stage.finish_pending`)."""
+    staging = cfg.storage.root.resolve() / "staging"
+    if staging.is_dir() and any(staging.glob("ingest-*/READY.json")):
+        from jobs.ingest.stage import finish_pending
+
+        ctx.figures["finished_ingests"] = finish_pending(spark, cfg)
+
+
+def main(
+    stage: str, fn: StageFn, argv: list[str] | None = None, add_args: ArgsFn | None = None
+) -> int:
+    """Entry point of one stage: parse, validate, run, report. Returns the process exit code."""
+    configure_logging()
+    parser = build_parser(stage, add_args)
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"trajpriv {stage}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    from jobs.spark.session import get_spark, stop_spark
+
+    spark = None
+    try:
+        spark = get_spark(cfg)
+        figures = execute(stage, fn, cfg, args, spark, args.run_id)
+        print(f"trajpriv {stage}: ok {summarise(public_view(fn, figures))}")
+        return 0
+    except TrajprivError as exc:
+        print(f"trajpriv {stage}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:
+        log.debug("stage %s failed", stage, exc_info=True)
+        print(f"trajpriv {stage}: failed: {describe_failure(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        stop_spark(spark)
+
+
+def summarise(figures: dict[str, Any]) -> str:
+    """A short one-line view of the scalar figures of a stage (for the console)."""
+    scalars = {k: v for k, v in figures.items() if isinstance(v, (int, float, str))}
+    return " ".join(f"{k}={v}" for k, v in list(scalars.items())[:12])

@@ -1,0 +1,189 @@
+"""Reader dispatch and the per-bucket kernel: parse -> map -> dedupe -> shape. No pyspark.
+
+`ingest_local` runs the whole ingestion on pandas (unit tests, and the oracle the Spark job is
+checked against); `jobs.ingest.stage` runs the same two kernels, `parse_file` per input file
+(mapInArrow) and `finish_bucket` per hash bucket of users (applyInArrow), and stacks a bucket's
+outputs with `union_table`.
+
+Union row shape of `union_table` (one Arrow table, `kind` says which table a row belongs to):
+kind in {point, quarantine, trajectory, slot_day}; columns `arrow.UNION_COLUMNS`, unused ones
+null (points carry no source or line: only quarantined records need to say where they were).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from jobs.ingest import shaping
+from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, map_points
+from jobs.ingest.readers import checkins, plt, telecom
+from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
+from jobs.ingest.readers.common import Reason, Window
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """What a kernel needs to know, built from `IngestConfig` (picklable, small)."""
+
+    source: str = "telecom"  # telecom | plt | checkins | slots48
+    window: Window = Window()
+    ts_unit: str = "datetime"
+    time_origin: dt.datetime = dt.datetime(2000, 1, 1)
+    max_distance_km: float = 1.0
+    max_len: int = 8
+    gap_hours: float = 3.0
+    order: str = "time"
+
+
+def parse_file(
+    content: bytes, path: str, opts: ReaderOptions, header: str | None = None
+) -> pd.DataFrame:
+    """One input file's bytes -> parsed frame (gzip-compressed files are unpacked first)."""
+    if path.endswith(".gz"):
+        content = gzip.decompress(content)
+    if opts.source == "plt":
+        return plt.parse_plt(content, path, opts.window)
+    if opts.source == "checkins":
+        return checkins.parse_csv(
+            content,
+            path,
+            opts.window,
+            ts_unit=opts.ts_unit,
+            ts_origin=opts.time_origin,
+            header=header,
+        )
+    if opts.source == "telecom":
+        return telecom.parse_csv(content, path, opts.window, header=header)
+    raise ValueError(f"parse_file does not read source {opts.source!r}")
+
+
+@dataclass(frozen=True)
+class BucketOutput:
+    """What `finish_bucket` makes of the rows of some users (pandas frames, see `shaping`)."""
+
+    quarantined: pd.DataFrame  # the rejected rows, reason filled (duplicates included)
+    points: pd.DataFrame  # the accepted rows, with `date`
+    trajectories: pd.DataFrame
+    slot_days: pd.DataFrame
+
+
+def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
+    """Mapped rows of whole users -> accepted points, quarantined records (incl. duplicates
+    found here), trajectories and slot days of these users.
+
+    User ids are replaced by integer codes in id order for the work (every sort and group then
+    compares integers; the order, hence duplicate choice and trajectory ids, is the same as by
+    the id text) and put back in the outputs.
+    """
+    rows = rows.reset_index(drop=True)
+    codes, users = pd.factorize(rows["user_id"], sort=True)
+    users = np.asarray(users, dtype=object)
+    work = rows.assign(user_id=codes)
+    reason = rows["reason"].to_numpy(dtype=object).copy()
+    ok = pd.isna(reason)
+    dup = np.zeros(len(rows), dtype=bool)
+    dup[ok] = shaping.mark_duplicates(work[ok])
+    reason[dup] = Reason.DUPLICATE.value
+    accepted = pd.isna(reason)
+    points = shaping.with_dates(work[accepted])
+    traj = shaping.build_trajectories(
+        points, max_len=opts.max_len, gap_hours=opts.gap_hours, order=opts.order
+    )
+    slots = shaping.build_slot_days(points)
+    quarantined = rows[~accepted].assign(reason=reason[~accepted])
+    return BucketOutput(
+        quarantined=quarantined,
+        points=points.assign(user_id=users[points["user_id"].to_numpy(np.int64)]),
+        trajectories=traj.assign(user_id=users[traj["user_id"].to_numpy(np.int64)]),
+        slot_days=slots.assign(user_id=users[slots["user_id"].to_numpy(np.int64)]),
+    )
+
+
+def union_table(out: BucketOutput) -> pa.Table:
+    """Stack the four outputs into one Arrow table of UNION_ARROW (`kind` says which is which).
+
+    Built column by column in Arrow: a column a kind does not have is an all-null array.
+    """
+    q, p, t, s = out.quarantined, out.points, out.trajectories, out.slot_days
+    parts = [
+        ("quarantine", q, {c: q[c] for c in ("source", "line", "record", "reason", "user_id")}),
+        ("point", p, {c: p[c] for c in ("user_id", "ts", "lat", "lon", "loc_id", "date")}),
+        (
+            "trajectory",
+            t,
+            {
+                "user_id": t["user_id"],
+                "date": t["date"],
+                "traj_id": t["traj_id"],
+                "loc_ids": t["loc_ids"],
+                "ts_list": t["ts"],
+                "n": t["n"],
+            },
+        ),
+        ("slot_day", s, {c: s[c] for c in ("user_id", "date", "slots")}),
+    ]
+    tables = [_part(kind, len(frame), cols) for kind, frame, cols in parts if len(frame)]
+    return pa.concat_tables(tables) if tables else UNION_ARROW.empty_table()
+
+
+def _part(kind: str, n: int, columns: dict[str, pd.Series]) -> pa.Table:
+    arrays = []
+    for field in UNION_ARROW:
+        if field.name == "kind":
+            arrays.append(pa.repeat(pa.scalar(kind), n))
+        elif field.name not in columns:
+            arrays.append(pa.nulls(n, field.type))
+        elif pa.types.is_list(field.type):
+            arrays.append(list_array(columns[field.name].to_numpy(dtype=object), field.type))
+        elif pa.types.is_timestamp(field.type):
+            arrays.append(timestamp_array(columns[field.name], field.type))
+        else:
+            col = columns[field.name]
+            values = col.to_numpy(dtype=object) if col.dtype == object else col.to_numpy()
+            arrays.append(pa.array(values, type=field.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=UNION_ARROW)
+
+
+def split_union(union: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Union frame -> {points, quarantine, trajectories, slot_days} (for tests and local runs)."""
+    kinds = {
+        "point": "points",
+        "quarantine": "quarantine",
+        "trajectory": "trajectories",
+        "slot_day": "slot_days",
+    }
+    return {
+        name: union[union["kind"] == kind].reset_index(drop=True) for kind, name in kinds.items()
+    }
+
+
+def ingest_local(
+    files: list[Path], opts: ReaderOptions, locations: Locations | None
+) -> tuple[dict[str, pd.DataFrame], Locations]:
+    """The whole ingestion of `files` on pandas. `locations=None`: derived from the records
+    (check-ins without a locations file). Returns (tables, location set used)."""
+    parsed = pd.concat(
+        [parse_file(Path(f).read_bytes(), str(f), opts) for f in files], ignore_index=True
+    )
+    if locations is None:
+        locations = derive_locations(parsed)
+    mapped = map_points(parsed, locations, opts.max_distance_km)
+    union = from_arrow(union_table(finish_bucket(mapped, opts)))
+    nullable_ints = {c: "Int64" for c in ("line", "loc_id", "traj_id", "n")}  # not float
+    return split_union(union.astype(nullable_ints)), locations
+
+
+def locations_frame(locations: Locations, used: np.ndarray) -> pd.DataFrame:
+    """The published location set: the whole set, or for a box-less grid the cells in use."""
+    if isinstance(locations, LocationSet):
+        return locations.frame()
+    if isinstance(locations, Grid) and locations.bbox is not None:
+        return locations.frame()
+    return locations.frame(used)

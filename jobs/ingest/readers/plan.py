@@ -1,0 +1,160 @@
+"""Plan an ingestion in the driver: resolve and check the inputs, load the location set.
+
+Why apart from the Spark job: everything that can be wrong with the input (a missing path, an
+empty folder, a header without a needed column, a corrupt Parquet file, no location file) is
+found here, before any Spark work, and ends the job with an InputDataError that names the file
+and why. The job (`jobs.ingest.stage`) only starts once the plan holds. No pyspark.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from jobs.config import Config, IngestConfig
+from jobs.ingest.locmap import Grid, Locations, load_locations
+from jobs.ingest.readers import slots48, telecom
+from jobs.ingest.readers.common import Window
+from jobs.ingest.readers.delimited import first_line, resolve_header
+from jobs.ingest.readers.pipeline import ReaderOptions
+from udfs.errors import InputDataError
+
+
+@dataclass
+class InputPlan:
+    """Everything the Spark part needs, checked in the driver before any Spark work."""
+
+    kind: str  # text | parquet | slots48
+    files: list[str]
+    headers: dict[str, str] = field(default_factory=dict)
+    locations: Locations | None = None  # None: derive from the records (check-ins)
+    opts: ReaderOptions = field(default_factory=ReaderOptions)
+    where: str = ""
+
+
+def reader_options(icfg: IngestConfig) -> ReaderOptions:
+    return ReaderOptions(
+        source=icfg.source,
+        window=Window(icfg.window_start, icfg.window_end),
+        ts_unit=icfg.ts_unit,
+        time_origin=icfg.time_origin,
+        max_distance_km=icfg.max_distance_km,
+        max_len=icfg.max_len,
+        gap_hours=icfg.gap_hours,
+        order=icfg.order,
+    )
+
+
+def input_paths(cfg: Config) -> tuple[Path, Path | None]:
+    """(input path, location file) with the telecom landing defaults filled in."""
+    icfg = cfg.ingest
+    landing = cfg.storage.landing / cfg.dataset
+    path = icfg.path if icfg.path is not None else None
+    locs = icfg.locations_path
+    if icfg.source == "telecom":
+        path = path or landing / "records"
+        if locs is None and (landing / "stations.csv").is_file():
+            locs = landing / "stations.csv"
+    if path is None:
+        raise InputDataError(f"ingest.path is not set: source {icfg.source!r} needs an input path")
+    return Path(path), (Path(locs) if locs is not None else None)
+
+
+def _list_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise InputDataError(f"input path {path} does not exist")
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and not p.name.startswith((".", "_"))
+        and (not suffixes or p.name.lower().endswith(suffixes))
+    )
+
+
+def plan_inputs(cfg: Config) -> InputPlan:
+    """Resolve and check the inputs in the driver (InputDataError with file and reason)."""
+    icfg = cfg.ingest
+    path, locs = input_paths(cfg)
+    opts = reader_options(icfg)
+    if icfg.source == "slots48":
+        data, _ = slots48.resolve(path)
+        return InputPlan("slots48", [str(data)], opts=opts, where=str(path))
+    if icfg.source == "plt":
+        files = _list_files(path, (".plt", ".plt.gz"))
+        want = "*.plt files"
+    else:
+        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet"))
+        want = "*.csv or *.parquet files"
+    if not files:
+        raise InputDataError(f"input path {path} holds no {want}")
+    if all(f.stat().st_size == 0 for f in files):
+        raise InputDataError(f"input {path} is empty: {len(files)} file(s), all of 0 bytes")
+    files = [f for f in files if f.stat().st_size > 0]
+    if icfg.source == "plt":
+        locations: Locations | None = (
+            load_locations(locs, icfg.locations_format)
+            if locs is not None
+            else Grid(icfg.grid_deg, icfg.grid_bbox)
+        )
+    elif locs is not None:
+        locations = load_locations(locs, icfg.locations_format)
+    elif icfg.source == "checkins":
+        locations = None
+    else:
+        raise InputDataError(
+            f"telecom records at {path} need a location file: set ingest.locations_path "
+            f"(or run datagen, which writes {cfg.storage.landing / cfg.dataset / 'stations.csv'})"
+        )
+    parquet = [f for f in files if f.name.lower().endswith(".parquet")]
+    if parquet and icfg.source != "telecom":
+        raise InputDataError(f"{parquet[0]}: Parquet input is read for source telecom only")
+    if parquet and len(parquet) != len(files):
+        raise InputDataError(f"input {path} mixes Parquet and text files; keep one format")
+    for f in parquet:
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(f)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise InputDataError(f"{f}: not a readable Parquet file ({exc})") from None
+        names = schema.names
+        nanos = [x.name for x in schema if pa.types.is_timestamp(x.type) and x.type.unit == "ns"]
+        if nanos:
+            raise InputDataError(
+                f"{f}: columns {nanos} hold nanosecond timestamps, which Spark cannot read; "
+                "write them in microseconds (pandas: to_parquet(..., coerce_timestamps='us'))"
+            )
+        missing = telecom.missing_roles(names)
+        if missing:
+            raise InputDataError(f"{f}: Parquet records lack columns for {missing} (have {names})")
+    plan = InputPlan(
+        "parquet" if parquet else "text",
+        [str(f) for f in files],
+        locations=locations,
+        opts=opts,
+        where=str(path),
+    )
+    if plan.kind == "text" and icfg.source != "plt":
+        spec = telecom.SPEC if icfg.source == "telecom" else None
+        for f in files:
+            head = _head(f)
+            if spec is None:
+                from jobs.ingest.readers.checkins import spec as checkin_spec
+
+                spec = checkin_spec(icfg.ts_unit, icfg.time_origin)
+            resolve_header(head, spec, str(f))  # raises naming the file and the missing column
+            plan.headers[str(f)] = head
+    return plan
+
+
+def _head(path: Path) -> str:
+    if path.name.lower().endswith(".gz"):
+        with gzip.open(path, "rb") as handle:
+            return handle.readline().decode("utf-8", errors="backslashreplace").rstrip("\r\n")
+    return first_line(str(path))

@@ -1,0 +1,268 @@
+"""Idempotent table writes and the run log.
+
+Why: Airflow retries and reruns a task for the same logical date; a rerun must replace that
+dataset's (or run's) rows, never append a second copy. Tables are partitioned Parquet tables in
+the Hive catalog; a write overwrites exactly the partitions its rows fall in (dynamic partition
+overwrite, staged by Spark and moved into place when the job commits, so readers never see a
+half-written partition), then drops the partitions of the replaced scope that the new data no
+longer has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from jobs.spark.tables import ALL, RUNS, Table, schema_differences
+from udfs.errors import InputDataError
+
+log = logging.getLogger(__name__)
+
+
+def table_exists(spark: SparkSession, table: str) -> bool:
+    return spark.catalog.tableExists(table)
+
+
+def read_table(spark: SparkSession, table: str) -> DataFrame:
+    """Read a catalog table; a missing table is an InputDataError that says which stage makes it."""
+    if not table_exists(spark, table):
+        raise InputDataError(
+            f"table {table} does not exist: run the stage that writes it first "
+            "(datagen/ingest for trajpriv_raw.*, collect/synthesize/evaluate for trajpriv_pub.*)"
+        )
+    return spark.table(table)
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def layout_of(df: DataFrame, table: str | Table, partition_by: Iterable[str] | None) -> list[str]:
+    """The partition columns of a write, after checking `df` against the catalogue entry.
+
+    A catalogue `Table` brings its own partitioning and column types: data that differs is a
+    programming error, refused before anything is written. A plain name (a scratch table of a
+    test or a bench) must say its partitioning.
+    """
+    if isinstance(table, Table):
+        if partition_by is not None and tuple(partition_by) != table.partition_by:
+            raise ValueError(f"{table} is partitioned by {table.partition_by} in the catalogue, "
+                             f"not {tuple(partition_by)}")
+        diffs = schema_differences(
+            table, {f.name: f.dataType.simpleString() for f in df.schema.fields})
+        if diffs:
+            raise ValueError(f"writing {table}: the data differs from jobs/spark/tables.py: "
+                             + "; ".join(diffs))
+        return list(table.partition_by)
+    if partition_by is None:
+        raise ValueError(f"writing {table}: a table outside the catalogue needs partition_by")
+    return list(partition_by)
+
+
+def write_table(
+    df: DataFrame,
+    table: str | Table,
+    *,
+    partition_by: list[str] | None = None,
+    replace: Mapping[str, Any] | None = None,
+    covers: Iterable[Mapping[str, Any]] | None = None,
+) -> None:
+    """Write `df` into `table`, replacing the scope `replace` (partition column -> value).
+
+    Every partition the new rows fall in is overwritten; partitions of the scope that the new
+    rows do not cover are dropped afterwards. The caller keeps its rows inside the scope (they
+    would overwrite other partitions otherwise). Creates the table on first write; the table's
+    partition columns come last in its schema, so read it by column name.
+
+    `covers`: the partition values of `df` (one mapping per partition) when the caller already
+    knows them, so finding the stale partitions needs no second pass over the data. A caller
+    that passes it must list every partition `df` has; listing more keeps them from the drop.
+    """
+    spark = df.sparkSession
+    partition_by = layout_of(df, table, partition_by)
+    replace = dict(replace or {})
+    unknown = set(replace) - set(partition_by)
+    if unknown:
+        raise ValueError(f"replace keys {sorted(unknown)} are not partition columns {partition_by}")
+    if not table_exists(spark, table):
+        create_table(df, table, partition_by)
+        return
+    existing_parts = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
+    if existing_parts != list(partition_by):
+        raise InputDataError(
+            f"table {table} is partitioned by {existing_parts}, this write by {partition_by}: "
+            "another writer created it with a different layout; drop the table and rerun"
+        )
+    target_cols = spark.table(table).columns
+    missing = set(target_cols) - set(df.columns)
+    if missing:
+        raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
+    df.select(*target_cols).write.insertInto(table, overwrite=True)
+    if replace:
+        _drop_stale_partitions(spark, table, partition_by, replace, df, covers)
+
+
+def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
+    """First write of `table`: CTAS, after moving aside a leftover folder at its location.
+
+    Why: Spark refuses to create a managed table over a non-empty folder
+    (LOCATION_ALREADY_EXISTS), and exactly that folder is what a process killed during a
+    table's first write leaves (files, no catalog entry). Without this the stage would fail
+    on every rerun. The leftover holds no committed data (the catalog never knew it), so it is
+    renamed to `<folder>.orphan-<UTC time>` beside it (kept for inspection, same mode) and said
+    in one line.
+    """
+    spark = df.sparkSession
+    location = managed_location(spark, table)
+    if location is not None and location.exists() and any(location.iterdir()):
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+        aside = location.with_name(f"{location.name}.orphan-{stamp}")
+        location.rename(aside)
+        log.warning("table %s: its folder %s held files but no catalog entry (a first write "
+                    "that was interrupted); moved aside to %s", table, location, aside)
+    writer = df.write.format("parquet")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    if location is not None:
+        from udfs.faults import on_first_write
+
+        on_first_write(table, lambda: writer.save(str(location)))
+    writer.saveAsTable(table)
+
+
+def managed_location(spark: SparkSession, table: str) -> Path | None:
+    """Where the managed table `db.name` lives: `<database location>/<name>` (None if the
+    database is not on the local file system)."""
+    db, _, name = table.partition(".")
+    try:
+        uri = spark.catalog.getDatabase(db).locationUri
+    except Exception:  # database missing: CTAS will say so
+        return None
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return None
+    return Path(unquote(parsed.path)) / name.lower()
+
+
+def append_table(df: DataFrame, table: str | Table, *,
+                 partition_by: list[str] | None = None) -> None:
+    """Append `df` to `table` (created on first write): the ledger's and the run log's write.
+
+    Nothing is overwritten or deleted: each call adds files, committed by Spark's job commit.
+    """
+    spark = df.sparkSession
+    partition_by = layout_of(df, table, partition_by)
+    if not table_exists(spark, table):
+        create_table(df, table, partition_by)
+        return
+    target_cols = spark.table(table).columns
+    missing = set(target_cols) - set(df.columns)
+    if missing:
+        raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
+    df.select(*target_cols).write.insertInto(table, overwrite=False)
+
+
+def _drop_stale_partitions(
+    spark: SparkSession,
+    table: str,
+    partition_by: list[str],
+    replace: Mapping[str, Any],
+    written: DataFrame,
+    covers: Iterable[Mapping[str, Any]] | None,
+) -> None:
+    spec = ", ".join(f"{k}={_sql_literal(v)}" for k, v in replace.items())
+    existing = [
+        row[0] for row in spark.sql(f"SHOW PARTITIONS {table} PARTITION ({spec})").collect()
+    ]
+    if not existing:
+        return
+    if covers is None:
+        covers = [row.asDict() for row in written.select(*partition_by).distinct().collect()]
+    kept = {"/".join(f"{c}={_escape(part[c])}" for c in partition_by) for part in covers}
+    stale = [part for part in existing if part not in kept]
+    if not stale:
+        return
+    # One statement for all of them: each DROP is a metastore transaction and a table refresh.
+    specs = ", ".join(f"PARTITION ({_spec_of(part)})" for part in stale)
+    spark.sql(f"ALTER TABLE {table} DROP IF EXISTS {specs}")
+
+
+# Characters Hive/Spark escape as %XX in partition paths (ExternalCatalogUtils.escapePathName),
+# which is also how SHOW PARTITIONS prints the values.
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(i) for i in range(1, 32))
+
+
+def _escape(value: Any) -> str:
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in str(value))
+
+
+def _spec_of(part: str) -> str:
+    """'a=x/b=y%3Az' (SHOW PARTITIONS) -> "a='x', b='y:z'" (a PARTITION clause)."""
+    pairs = (item.split("=", 1) for item in part.split("/"))
+    return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
+
+
+RUNS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("stage", T.StringType()),
+        T.StructField("config", T.StringType()),
+        T.StructField("started_at", T.TimestampType()),
+        T.StructField("finished_at", T.TimestampType()),
+        T.StructField("status", T.StringType()),
+        T.StructField("figures", T.StringType()),
+    ]
+)
+
+
+def record_run(
+    spark: SparkSession,
+    *,
+    run_id: str,
+    stage: str,
+    config_yaml: str,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+    status: str,
+    figures: Mapping[str, Any],
+) -> None:
+    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution).
+
+    The config text never holds secrets: run seeds and the pseudonym key live in the raw zone.
+    """
+    row = (
+        run_id,
+        stage,
+        config_yaml,
+        started_at,
+        finished_at,
+        status,
+        json.dumps(figures, default=str, sort_keys=True),
+    )
+    append_table(spark.createDataFrame([row], RUNS_SCHEMA), RUNS)
+
+
+def catalogue_drift(spark: SparkSession) -> list[str]:
+    """How the tables and views in the metastore differ from jobs/spark/tables.py (one line
+    each; [] when every existing one matches): columns, types and partition columns."""
+    out = []
+    for table in ALL.values():
+        if not table_exists(spark, table):
+            continue
+        cols = spark.catalog.listColumns(table)
+        types = {c.name: c.dataType.replace(" ", "") for c in cols}
+        out += [f"{table}: {d}" for d in schema_differences(table, types)]
+        parts = tuple(c.name for c in cols if c.isPartition)
+        if parts != table.partition_by:
+            out.append(f"{table}: partitioned by {parts}, the catalogue says {table.partition_by}")
+    return out

@@ -1,0 +1,129 @@
+"""Rows of `trajpriv_trusted.evaluation`: one metric value of one method at one setting of a run.
+
+Shared by every stage that measures something (collect: NE/PRQ/ACD/Kendall tau of each LDP
+mechanism; evaluate: divergences of synthetic data; attacks: AUCs). Schema:
+
+    run_id string, dataset string, method string, setting double, metric string, value double,
+    created_at timestamp        (partitioned by dataset, run_id, method)
+
+`setting` is the method's privacy parameter (epsilon for LDP mechanisms, the Laplace noise for
+PateGAIL); `value` may be NaN where a metric is undefined (e.g. Kendall tau of a constant
+ranking). Writes are idempotent: rewriting a run replaces that run's rows (all of its methods, or
+only the methods written, with `scope="method"`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.spark.catalog import write_table
+from jobs.spark.tables import EVALUATION
+
+EVALUATION_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("dataset", T.StringType(), False),
+        T.StructField("method", T.StringType(), False),
+        T.StructField("setting", T.DoubleType(), True),
+        T.StructField("metric", T.StringType(), False),
+        T.StructField("value", T.DoubleType(), True),
+        T.StructField("created_at", T.TimestampType(), False),
+    ]
+)
+METRIC_COLUMNS = ("method", "setting", "metric", "value")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+
+
+def evaluation_frame(
+    spark: SparkSession,
+    rows: Iterable[Mapping[str, Any]] | DataFrame,
+    *,
+    run_id: str,
+    dataset: str,
+    created_at: dt.datetime | None = None,
+) -> DataFrame:
+    """Rows (method, setting, metric, value) as a DataFrame of the evaluation schema.
+
+    `rows` is an iterable of mappings or a DataFrame with those four columns.
+    """
+    created = created_at or _now()
+    if isinstance(rows, DataFrame):
+        missing = set(METRIC_COLUMNS) - set(rows.columns)
+        if missing:
+            raise ValueError(f"evaluation rows lack columns {sorted(missing)}")
+        return rows.select(
+            F.lit(run_id).alias("run_id"),
+            F.lit(dataset).alias("dataset"),
+            F.col("method").cast("string"),
+            F.col("setting").cast("double"),
+            F.col("metric").cast("string"),
+            F.col("value").cast("double"),
+            F.lit(created).cast("timestamp").alias("created_at"),
+        )
+    data = []
+    for row in rows:
+        missing = set(METRIC_COLUMNS) - set(row)
+        if missing:
+            raise ValueError(f"evaluation row {dict(row)} lacks {sorted(missing)}")
+        setting = row["setting"]
+        value = row["value"]
+        data.append(
+            (
+                run_id,
+                dataset,
+                str(row["method"]),
+                None if setting is None else float(setting),
+                str(row["metric"]),
+                math.nan if value is None else float(value),
+                created,
+            )
+        )
+    return spark.createDataFrame(data, EVALUATION_SCHEMA)
+
+
+def write_evaluation(
+    spark: SparkSession,
+    rows: Iterable[Mapping[str, Any]] | DataFrame,
+    *,
+    run_id: str,
+    dataset: str,
+    scope: Literal["run", "method"] = "run",
+    created_at: dt.datetime | None = None,
+) -> int:
+    """Write metric rows of one run; returns how many were written.
+
+    scope="run" replaces every row of (dataset, run_id); scope="method" replaces only the
+    methods present in `rows` (for a stage that writes its methods one at a time).
+    """
+    df = evaluation_frame(spark, rows, run_id=run_id, dataset=dataset, created_at=created_at)
+    pdf_rows = df.collect()  # metric rows are few; materialise once, write from the driver copy
+    df = spark.createDataFrame(pdf_rows, EVALUATION_SCHEMA)
+    replace: dict[str, Any] | None = {"dataset": dataset, "run_id": run_id}
+    if scope == "method":
+        methods = sorted({r["method"] for r in pdf_rows})
+        if len(methods) == 1:
+            replace = {**replace, "method": methods[0]}
+        else:
+            replace = None  # overwrite exactly the (dataset, run_id, method) partitions written
+    elif scope != "run":
+        raise ValueError(f"scope must be 'run' or 'method', got {scope!r}")
+    if not pdf_rows and replace is None:
+        return 0
+    write_table(df, EVALUATION, replace=replace)
+    return len(pdf_rows)
+
+
+def read_evaluation(spark: SparkSession, *, run_id: str | None = None) -> DataFrame:
+    """The evaluation table, optionally one run's rows."""
+    df = spark.table(EVALUATION)
+    return df if run_id is None else df.where(F.col("run_id") == run_id)

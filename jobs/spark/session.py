@@ -1,0 +1,317 @@
+"""The SparkSession and the three databases (zones) every stage reads and writes.
+
+One place builds the session so that every stage, test and `trajpriv sql` sees the same catalog:
+a Hive metastore (embedded Derby, one Spark process at a time) and a Parquet warehouse, both under
+`storage.root`. Zones: `trajpriv_raw` (personal data, the ledger), `trajpriv_trusted` (figures
+and study output computed from raw data, not released) and `trajpriv_pub` (what analysts
+query). Every file a trajpriv process creates is private to its owner (umask 077 in Python and
+`fs.permissions.umask-mode` 077 in Spark's file system): the data root holds raw data, keys and
+reports with raw points; analysts reach the published zone through `trajpriv sql`.
+
+One process per root: `acquire_root` takes an exclusive, non-blocking lock on
+`<root>/.trajpriv.lock` before any JVM starts, so of two stages started in the same second
+exactly one runs and the other exits 2 saying which process holds the root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from jobs.config import Config
+from jobs.spark.metastore_lock import check_metastore_free
+from jobs.spark.relocation import RootError, check_catalog_in_root, relocate_catalog
+from jobs.spark.tables import PUB_DB, RAW_DB, TRUSTED_DB
+
+log = logging.getLogger(__name__)
+
+PRIVATE_UMASK = 0o077
+ROOT_LOCK = ".trajpriv.lock"
+_held_locks: dict[Path, int] = {}
+
+# Settings every trajpriv session needs; config `spark.conf` may override any of them.
+_BASE_CONF = {
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    # Files Spark writes (tables, staging, the metastore) are private: 0600 files, 0700 folders.
+    "spark.hadoop.fs.permissions.umask-mode": "077",
+    "spark.driver.memory": "6g",
+    "spark.sql.adaptive.enabled": "true",
+    # List a table's partition folders on the driver up to this many (a parallel listing is a
+    # Spark job of one task per folder: seconds for a 182-day table on a local disk). Clusters
+    # with remote storage and huge tables may lower it again through `spark.conf`.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
+    # A barrier stage (TorchDistributor) that cannot get its slots fails fast, not after 10 min.
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
+}
+
+
+def catalog_conf(cfg: Config) -> dict[str, str]:
+    """The settings that point a Spark session at this project's catalog.
+
+    Data engineers pass the same settings to `pyspark` or `spark-sql` (README, "Query the
+    published tables") to open the catalog without trajpriv.
+    """
+    storage = cfg.storage
+    if cfg.catalog.metastore == "postgres":
+        return postgres_conf(cfg)
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(storage.warehouse),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={storage.metastore};create=true"
+        ),
+        # Derby's own files (the metastore, derby.log) private to the owner, also when the JVM
+        # is spark-submit's and did not inherit the Python driver's umask.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={storage.root.resolve()} "
+        "-Dderby.storage.useDefaultFilePermissions=false",
+    }
+
+
+def postgres_conf(cfg: Config) -> dict[str, str]:
+    """The Hive metastore in PostgreSQL (`catalog.metastore: postgres`): tables created by
+    DataNucleus on first use; the JDBC driver on the driver's class path (Spark shares the
+    `org.postgresql` classes with its Hive client)."""
+    cat = cfg.catalog
+    if not cat.jdbc_jar.exists():
+        raise RootError(f"catalog.metastore=postgres needs the PostgreSQL JDBC driver at "
+                        f"{cat.jdbc_jar}: install Debian's libpostgresql-jdbc-java (`make "
+                        "postgres`) or set catalog.jdbc_jar")
+    conf = {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(cfg.storage.warehouse),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": cat.postgres_url,
+        "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "spark.hadoop.javax.jdo.option.ConnectionUserName": cat.postgres_user,
+        # the schema is created before the first session (ensure_postgres_schema); a table
+        # Hive still finds missing is created on use
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        "spark.driver.extraClassPath": str(cat.jdbc_jar),
+    }
+    password = postgres_password(cfg)
+    if password is not None:
+        conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] = password
+    return conf
+
+
+def ensure_postgres_schema(root: Path, cfg: Config) -> None:
+    """The metastore's tables exist in `catalog.postgres_url` before Hive opens it (once per
+    URL and root: recorded in `<root>/metastore_schema.json`); see jobs.spark.metastore_pg."""
+    import json
+
+    from jobs.spark.metastore_pg import ensure_schema
+
+    cat = cfg.catalog
+    record = root / "metastore_schema.json"
+    if _recorded_url(record) == cat.postgres_url:
+        return
+    ensure_schema(cat.postgres_url, cat.postgres_user, postgres_password(cfg), cat.jdbc_jar)
+    record.write_text(json.dumps({"url": cat.postgres_url}) + "\n")
+
+
+def _recorded_url(record: Path) -> str | None:
+    """The URL whose schema `record` says was created (None: none yet, or unreadable)."""
+    import json
+
+    try:
+        return json.loads(record.read_text()).get("url")
+    except (OSError, ValueError):
+        return None
+
+
+def postgres_password(cfg: Config) -> str | None:
+    """The metastore password from the environment variable the config names (never from the
+    config itself); RootError when it names one that is not set."""
+    name = cfg.catalog.postgres_password_env
+    if not name:
+        return None
+    password = os.environ.get(name)
+    if password is None:
+        raise RootError(f"catalog.postgres_password_env names {name}, which is not set in this "
+                        "environment: export it and rerun")
+    return password
+
+
+def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
+    """Build (or return the active) session for `cfg` and make sure the three databases exist.
+
+    `readonly` (trajpriv sql, trajpriv budget): with a shared metastore (postgres) the session
+    does not take the root's writer lock and leaves staging alone, so it runs beside a stage;
+    with the embedded one it waits like any process (Derby admits one JVM).
+    PYSPARK_PYTHON is set to this interpreter so Python workers find pandas and the project.
+    """
+    os.umask(PRIVATE_UMASK)
+    root = cfg.storage.root.resolve()
+    check_root(root, cfg.storage.min_free_mb)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)  # the data root holds raw data and keys: its owner's only
+    shared = cfg.catalog.metastore == "postgres"
+    writer = not (readonly and shared)
+    if writer:
+        acquire_root(root)
+        harden_tree(root)
+    if not shared:
+        check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # 1 JVM
+        relocate_catalog(root, cfg.storage.metastore, RAW_DB)  # a copied or moved root
+    else:
+        ensure_postgres_schema(root, cfg)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
+    settings = {**_BASE_CONF, **catalog_conf(cfg), **{k: str(v) for k, v in cfg.spark.conf.items()}}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.enableHiveSupport().getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    ensure_databases(spark, cfg, clean_staging=writer)
+    check_catalog_in_root(spark, root, (RAW_DB, TRUSTED_DB, PUB_DB))
+    return spark
+
+
+def check_root(root: Path, min_free_mb: float) -> None:
+    """One line (RootError, exit 2) for a root that cannot hold a run: a file, a folder this
+    user cannot write, or a disk with less than `min_free_mb` free (a stage that runs out of
+    space midway leaves half-written staging behind)."""
+    import shutil
+
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if root.exists() and not root.is_dir():
+        raise RootError(f"storage.root {root} is a file, not a folder: point storage.root at a "
+                        "folder (--set storage.root=<folder>) or move the file away")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise RootError(f"storage.root {root}: {existing} is not writable by this user: "
+                        "choose a root you own (--set storage.root=<folder>) or fix its mode")
+    if existing is not None:
+        free_mb = shutil.disk_usage(existing).free / 2**20
+        if free_mb < min_free_mb:
+            raise RootError(f"storage.root {root}: only {free_mb:.0f} MiB free on its disk, "
+                            f"below storage.min_free_mb={min_free_mb:g}: free space or move "
+                            "the root to a larger disk")
+
+
+def acquire_root(root: Path) -> None:
+    """Hold `<root>/.trajpriv.lock` (flock, exclusive, non-blocking) for this process's life.
+
+    Why a lock of our own before Derby's: two processes started in the same second both found
+    Derby's lock free and the loser died inside Hive. flock is atomic, released by the kernel
+    when the process ends (a killed stage never leaves it held), and not inherited by the JVM.
+    """
+    import fcntl
+
+    if root in _held_locks:
+        return
+    path = root / ROOT_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        from jobs.spark.metastore_lock import MetastoreBusyError
+
+        raise MetastoreBusyError(
+            f"data root {root} is in use by another trajpriv process ({holder}); one process "
+            "at a time may open a root (the embedded metastore admits one): wait until it ends "
+            "and rerun, or give this job its own storage.root. This process wrote nothing."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
+    _held_locks[root] = fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 300, 0).decode(errors="replace").strip() or "pid unknown"
+    except OSError:
+        return "pid unknown"
+
+
+def release_root(root: Path) -> None:
+    fd = _held_locks.pop(root.resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def ensure_databases(spark: SparkSession, cfg: Config, clean_staging: bool = True) -> None:
+    """Create the three zones' databases when missing (raw and trusted folders mode 0700);
+    a writer (the holder of the root's lock) also removes staging that killed runs left."""
+    warehouse = cfg.storage.warehouse
+    warehouse.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for db in (RAW_DB, TRUSTED_DB, PUB_DB):
+        location = warehouse / f"{db}.db"
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {db} LOCATION '{location}'")
+    for db in (RAW_DB, TRUSTED_DB):
+        folder = warehouse / f"{db}.db"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+    secrets = cfg.storage.secrets
+    secrets.mkdir(parents=True, exist_ok=True)
+    os.chmod(secrets, 0o700)
+    if clean_staging:
+        remove_stale_staging(cfg)
+
+
+def remove_stale_staging(cfg: Config) -> list[str]:
+    """Remove staging folders a killed stage left (raw copies nothing else cleans).
+
+    Only folders of runs that are not live: this process holds the root's lock, so no other
+    trajpriv process is writing staging under it now.
+    """
+    import shutil
+
+    staging = cfg.storage.root.resolve() / "staging"
+    removed = []
+    if staging.is_dir():
+        for child in staging.iterdir():
+            if (child / "READY.json").exists():  # an ingest owed its writes: finished, not lost
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+            removed.append(child.name)
+    if removed:
+        log.warning("removed staging left by interrupted runs: %s", ", ".join(sorted(removed)))
+    return removed
+
+
+def stop_spark(spark: SparkSession | None) -> None:
+    """Stop the session so the embedded Derby metastore is released for the next process."""
+    if spark is not None:
+        spark.stop()
+    for root in list(_held_locks):
+        harden_tree(root)
+
+
+def harden_tree(root: Path) -> int:
+    """Take group and other bits off everything under `root`; returns how many it changed.
+
+    Why, beside the umask: under `spark-submit` the JVM is the parent process and keeps the
+    submitting shell's umask (Derby's metastore files, derby.log), so files it creates can be
+    0644 until a trajpriv process tightens them. Runs at every session start and stop.
+    """
+    changed = 0
+    for folder, _dirs, files in os.walk(root):
+        for path in [folder, *(os.path.join(folder, f) for f in files)]:
+            try:
+                st = os.lstat(path)
+                if st.st_mode & 0o077 and not os.path.islink(path):
+                    os.chmod(path, st.st_mode & 0o7700)
+                    changed += 1
+            except OSError:  # vanished meanwhile (a task's temporary file)
+                continue
+    return changed
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[1]

@@ -1,0 +1,140 @@
+"""`trajpriv study`: a sweep of LDP settings to choose the published one (trusted zone only).
+
+Why apart from `collect`: choosing a mechanism and epsilon means perturbing the same
+trajectories under many settings and scoring each against the raw data. Publishing all of them
+would release each trajectory many times (averaging independent releases defeats LDP) and the
+scores are raw-derived figures. So a study writes its perturbed trajectories to
+`trajpriv_trusted.study_perturbed` and its NE / PRQ / ACD / Kendall tau to
+`trajpriv_trusted.evaluation` (method = mechanism, setting = epsilon); nothing reaches
+`trajpriv_pub`, nothing is released, and the ledger charges nothing. `trajpriv evaluate` adds
+the mobility divergences of each setting's days; the report draws NE against epsilon.
+
+Randomness: the release kernel of `collect`, seeded per (key, dataset, `study.<run_id>`,
+setting, user), so a study never shares noise with a release.
+
+Row shapes: trajectories (user_id, date, traj_id, loc_ids, n) -> study rows (user_id, date,
+traj_id, mechanism, epsilon, loc_ids) per setting -> metric rows (method, setting, metric, value).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.collect import stage as C
+from jobs.config import Config
+from jobs.spark.catalog import write_table
+from jobs.spark.per_user import per_user, user_bounds
+from jobs.spark.per_user import release as free_shared
+from jobs.spark.tables import STUDY_PERTURBED
+from udfs import collect_kernel as K
+
+log = logging.getLogger("trajpriv.study")
+
+PUBLIC_FIGURES = ("dataset", "settings", "wall_s")  # the runs table learns only what was swept
+
+STUDY_SCHEMA = T.StructType(
+    [
+        T.StructField("user_id", T.StringType()),
+        T.StructField("date", T.DateType()),
+        T.StructField("traj_id", T.LongType()),
+        T.StructField("mechanism", T.StringType()),
+        T.StructField("epsilon", T.DoubleType()),
+        T.StructField("loc_ids", T.ArrayType(T.IntegerType())),
+    ]
+)
+
+
+def settings_of(cfg: Config, run_id: str) -> list[K.Setting]:
+    return [K.Setting(m, float(e), f"study.{run_id}") for m in cfg.study.mechanisms
+            for e in cfg.study.epsilons]
+
+
+def sample(df: DataFrame, limit: int | None) -> DataFrame:
+    """At most `limit` trajectories, the same ones on every run (ordered by a hash)."""
+    if limit is None:
+        return df
+    key = F.xxhash64("user_id", "date", "traj_id")
+    return df.orderBy(key, "user_id", "date", "traj_id").limit(limit)
+
+
+def study_fn(kernel: K.ReleaseKernel):
+    """Per-user kernel: whole users -> STUDY_SCHEMA rows (raw identity kept: trusted zone)."""
+    release = C.release_fn(kernel)
+    m = len(kernel.settings)
+
+    def run(pdf: pd.DataFrame, space) -> pd.DataFrame:
+        # The kernel's rows: one block per setting, each in (date, traj_id) order, which is the
+        # order `per_user` hands each user's rows in.
+        out = release(pdf, space)
+        parts = []
+        for a, b in user_bounds(pdf["user_id"].to_numpy()):
+            ident = pdf.iloc[a:b]
+            parts.append(pd.DataFrame({
+                "user_id": np.tile(ident["user_id"].to_numpy(), m),
+                "date": np.tile(ident["date"].to_numpy(), m),
+                "traj_id": np.tile(ident["traj_id"].to_numpy(), m),
+            }))
+        ident = pd.concat(parts, ignore_index=True)
+        return ident.assign(mechanism=out["mechanism"].to_numpy(),
+                            epsilon=out["epsilon"].to_numpy(),
+                            loc_ids=out["loc_ids"].to_numpy())
+
+    return run
+
+
+def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
+    from jobs.collect.metrics import ldp_metrics
+    from jobs.spark.evaluation import write_evaluation
+
+    s = cfg.study
+    settings = settings_of(cfg, ctx.run_id)
+    figures: dict[str, Any] = {"dataset": cfg.dataset,
+                               "settings": [f"{x.mechanism}@{x.epsilon:g}" for x in settings]}
+    space, locations = C.load_space(spark, cfg.dataset)
+    t0 = time.perf_counter()
+    valid = C.read_window(spark, cfg).where(F.col("n") == F.size("loc_ids"))
+    if cfg.collect.max_len is not None:
+        valid = valid.where(F.col("n") <= cfg.collect.max_len)
+    trajs = sample(valid, s.max_trajectories)
+    perturbed = per_user(trajs.select("user_id", "date", "traj_id", "loc_ids"),
+                         study_fn(C.release_kernel(cfg, settings)), STUDY_SCHEMA,
+                         shared=space, order=("date", "traj_id"))
+    out = perturbed.select("*", F.lit(cfg.dataset).alias("dataset"),
+                           F.lit(ctx.run_id).alias("run_id"))
+    write_table(out, STUDY_PERTURBED,
+                replace={"dataset": cfg.dataset, "run_id": ctx.run_id},
+                covers=[{"dataset": cfg.dataset, "run_id": ctx.run_id}])
+    free_shared(perturbed)
+    figures["perturb_s"] = round(time.perf_counter() - t0, 3)
+
+    written = spark.table(STUDY_PERTURBED).where(
+        (F.col("dataset") == cfg.dataset) & (F.col("run_id") == ctx.run_id))
+    raw = C.raw_trajectories(spark, cfg.dataset).select(
+        "user_id", "date", "traj_id", F.col("loc_ids").alias("true_ids"))
+    pairs = written.join(raw, ["user_id", "date", "traj_id"]).select(
+        "mechanism", "epsilon",
+        F.concat_ws("/", "user_id", F.col("date").cast("string"),
+                    F.col("traj_id").cast("string")).alias("traj_key"),
+        F.col("loc_ids").alias("pert_ids"), "true_ids")
+    rows = ldp_metrics(pairs, locations, diameter=space.diameter, prq_km=s.prq_km,
+                       top_fraction=s.acd_top_fraction, n_locations=space.n)
+    write_evaluation(spark, [{"method": r["mechanism"], "setting": r["epsilon"],
+                              "metric": r["metric"], "value": r["value"]} for r in rows],
+                     run_id=ctx.run_id, dataset=cfg.dataset)
+    figures["trajectories"] = int(written.where(
+        (F.col("mechanism") == settings[0].mechanism)
+        & (F.col("epsilon") == settings[0].epsilon)).count())
+    figures["metrics"] = {}
+    for r in rows:
+        figures["metrics"].setdefault(f"{r['mechanism']}@{r['epsilon']:g}", {})[r["metric"]] = (
+            None if r["value"] != r["value"] else round(r["value"], 6))
+    return figures
+
