@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/trajpriv run --config $(CONFIG)
 
-# Two workers (pytest-xdist): most tests wait on JVM starts and subprocesses; the Airflow tests
-# share one metadata DB, so they stay on one worker (xdist_group "airflow", --dist loadgroup).
+# Three workers (pytest-xdist), each test file on one worker (--dist loadfile): most tests wait
+# on JVM starts and subprocesses, and a file's module fixtures (a trained baseline, a reference
+# collection) are then built once, not once per worker.
 test: $(STAMP) browser postgres-deps airflow-venv
-	$(VPY) -m pytest -q -n 2 --dist loadgroup
+	$(VPY) -m pytest -q -n 3 --dist loadfile
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
 browser:

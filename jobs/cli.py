@@ -40,8 +40,21 @@ def stage_enabled(name: str, cfg) -> bool:
     return bool(getattr(section, "enabled", True))
 
 
+def load_or_say(name: str, prog: str) -> ModuleType | None:
+    """`load_stage`, or None after one line on stderr saying which stage does not import."""
+    try:
+        return load_stage(name)
+    except ImportError as exc:
+        print(f"{prog}: error: stage {name} does not import ({type(exc).__name__}: {exc}); "
+              f"every stage of jobs.cli.STAGES must exist as jobs/{name}/stage.py",
+              file=sys.stderr)
+        return None
+
+
 def run_one(name: str, argv: list[str]) -> int:
-    module = load_stage(name)
+    module = load_or_say(name, f"trajpriv {name}")
+    if module is None:
+        return harness.EXIT_FAILURE
     return harness.main(name, module.run, argv, getattr(module, "add_args", None))
 
 
@@ -49,7 +62,9 @@ def run_all(argv: list[str]) -> int:
     """Every enabled stage of `STAGES` in order, in one Spark session; stops at the first
     failure."""
     harness.configure_logging()
-    present = {name: load_stage(name) for name in STAGES}
+    present = {name: load_or_say(name, "trajpriv run") for name in STAGES}
+    if None in present.values():
+        return harness.EXIT_FAILURE
 
     def add_all_args(parser: argparse.ArgumentParser) -> None:
         for mod in present.values():

@@ -409,8 +409,9 @@ class TrainConfig(_TrainModelFields):
         values.update(rounds=self.rounds, target_epsilon=self.target_epsilon, seed=seed)
         try:
             return CoreTrainConfig(**values)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        except ConfigError as exc:  # the core names its field; say it as the config key
+            raise ValueError(re.sub(r"^train config field '(\w+)'=", r"train.\1=", str(exc))
+                             ) from None
 
 
 class SynthesizeConfig(_Section):

@@ -2,9 +2,9 @@
 
 Every function takes `days`, an integer array (n, 48) of location ids, or coordinate arrays of
 that shape. `summarize_days` reduces a set of days to a `DaySummary`: small integer histograms
-from which `udfs.mobility.compare_summaries` computes the divergences. `jobs/evaluate/summaries.py`
-builds the same `DaySummary` with Spark SQL; the expressions there mirror the functions here
-operation for operation (same formulas, same summation order), which is why the two agree.
+from which `udfs.mobility.compare_summaries` computes the divergences. The Spark evaluation
+(`jobs/evaluate/summaries.py`) runs `summarize_days` itself per batch and only adds up its
+integer counts, so both give the same summary.
 Distances are `udfs.geo.haversine_km` (the project's one numpy haversine).
 """
 

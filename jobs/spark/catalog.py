@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from jobs.spark.tables import ALL, RUNS, Table, schema_differences
 from udfs.errors import InputDataError
@@ -212,19 +211,6 @@ def _spec_of(part: str) -> str:
     return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
 
 
-RUNS_SCHEMA = T.StructType(
-    [
-        T.StructField("run_id", T.StringType()),
-        T.StructField("stage", T.StringType()),
-        T.StructField("config", T.StringType()),
-        T.StructField("started_at", T.TimestampType()),
-        T.StructField("finished_at", T.TimestampType()),
-        T.StructField("status", T.StringType()),
-        T.StructField("figures", T.StringType()),
-    ]
-)
-
-
 def record_run(
     spark: SparkSession,
     *,
@@ -249,7 +235,7 @@ def record_run(
         status,
         json.dumps(figures, default=str, sort_keys=True),
     )
-    append_table(spark.createDataFrame([row], RUNS_SCHEMA), RUNS)
+    append_table(spark.createDataFrame([row], RUNS.columns), RUNS)  # the catalogue's columns
 
 
 def catalogue_drift(spark: SparkSession) -> list[str]:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from af_support import AIRFLOW_PY, ROOT, clean_env
 
-pytestmark = [pytest.mark.airflow, pytest.mark.xdist_group("airflow")]
+pytestmark = [pytest.mark.airflow]
 
 # Runs inside .venv-airflow; prints one JSON line describing the DAG as Airflow loaded it.
 INSPECT_SCRIPT = r"""
@@ -234,6 +234,7 @@ def test_set_params_become_yaml_overrides(dag_info):
     # The operator splits every rendered argument on newlines and drops empty ones.
     args = [line for a in dag_info["render_set"]["args"] for line in a.splitlines() if line.strip()]
     assert args == [
+        "collect",  # the stage, first: `spark-submit jobs/submit.py collect ...`
         "--config=/etc/trajpriv/prod.yaml",
         "--run-id=trajpriv_pipeline-20260105",
         '--set=collect.window_start="2026-01-05"',

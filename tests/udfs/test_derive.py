@@ -27,7 +27,7 @@ SCOPE = "collect\x1frel\x1ftp\x1f1.0"
 def cfg(monkeypatch, tmp_path):
     monkeypatch.setenv("TRAJPRIV_RUN_KEY", KEY.hex())
     return types.SimpleNamespace(storage=types.SimpleNamespace(secrets=tmp_path / "secrets"),
-                                 train=types.SimpleNamespace(options={}), dataset="geolife",
+                                 train=types.SimpleNamespace(seed=None), dataset="geolife",
                                  seed=20260601)
 
 
@@ -64,7 +64,7 @@ def test_run_key_seeds_are_pinned(cfg):
     assert training_seed(cfg) == 5880737851330534506
     assert holdout_salt(cfg) == -2170446080208405816
     assert synth_seed(cfg, "run-abc") == 3177059145633605191
-    cfg.train.options = {"seed": "7"}
+    cfg.train.seed = 7
     assert training_seed(cfg) == 7  # an explicit seed wins, no derivation
 
 
