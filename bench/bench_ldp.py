@@ -25,12 +25,12 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from jobs.ingest.local import paper_dataset  # noqa: E402
 from udfs.atp import SHARES, TEST_VALUES, anchor_points, eta_table  # noqa: E402
 from udfs.collect import perturb  # noqa: E402
 from udfs.granularity import choose_granularity  # noqa: E402
 from udfs.mechanisms import SquareWave  # noqa: E402
 from udfs.space import LocationSpace  # noqa: E402
-from udfs.trajectories import load_ldp_dataset  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -50,8 +50,7 @@ def spaces(n_points, rng):
     out = []
     if (DATA / "ldp_checkins").is_dir():
         for name in ("cps", "chi"):
-            sp, tr = load_ldp_dataset(DATA, name)
-            tr = [t for t in tr if len(t) >= 2]
+            sp, tr, _ = paper_dataset(name, DATA)  # 2-8 points
             reps = math.ceil(n_points / sum(map(len, tr)))
             out.append((name, sp, (tr * reps)))
     st = DATA / "shanghai_telecom" / "base_stations.csv"

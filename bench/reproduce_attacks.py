@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from jobs.ingest.local import paper_dataset
 from models.attacks import (
     fit_trainer,
     home_reidentification,
@@ -39,8 +40,6 @@ from models.config import TrainConfig
 from models.data import load_geolife
 from models.train import fit
 from udfs.collect import perturb
-from udfs.space import LocationSpace
-from udfs.trajectories import build_trajectories
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 log = logging.getLogger("reproduce_attacks")
@@ -77,18 +76,17 @@ def geolife(args) -> list[dict]:
 
 def chi(args) -> list[dict]:
     df = pd.read_csv(SHARED / "ldp_checkins" / "chi_checkins.csv")
-    locs = df.groupby("Location ID")[["Latitude", "Longitude"]].first().sort_index()
-    ids = pd.Series(np.arange(len(locs)), index=locs.index)
-    df["loc"] = ids.loc[df["Location ID"]].to_numpy()
+    # CHI through the ingest rules (conf/chi_paper.yaml), one-point pieces kept: every
+    # check-in is in some trajectory, as the home attack sees all of a user's points.
+    space, pieces, rows = paper_dataset("chi", SHARED, ["ingest.min_len=1"])
+    ids = np.sort(df["Location ID"].unique())
+    df["loc"] = np.searchsorted(ids, df["Location ID"].to_numpy())
     ts_utc = pd.to_datetime(df["Timestamp"]).dt.tz_localize("UTC")
     df["ts"] = ts_utc.dt.tz_convert("America/Chicago").dt.tz_localize(None)
-    df["sec"] = ts_utc.astype("int64").to_numpy() / 1e9
-    space = LocationSpace.from_latlon(locs["Latitude"].to_numpy(), locs["Longitude"].to_numpy())
     raw = pd.DataFrame({"who": df["User ID"], "lat": space.coords[df["loc"], 0],
                         "lon": space.coords[df["loc"], 1], "ts": df["ts"]})
-    trajs = {u: build_trajectories(g["User ID"].to_numpy(), g["sec"].to_numpy(),
-                                   g["loc"].to_numpy(), gap=3 * 3600.0, max_len=8)
-             for u, g in df.groupby("User ID", sort=True)}
+    users = rows["user_id"].astype(np.int64).to_numpy()
+    trajs = {int(u): [pieces[i] for i in np.flatnonzero(users == u)] for u in np.unique(users)}
 
     def points(per_user: dict) -> pd.DataFrame:
         who = np.concatenate([np.full(sum(map(len, t)), u) for u, t in per_user.items()])

@@ -1,8 +1,11 @@
 """Reproduce the TP/ATP utility experiment on CHI and CPS (NE and PRQ vs epsilon).
 
 Usage: .venv/bin/python bench/reproduce_ldp.py [--reps 5]
-Writes bench/out/ldp_{chi,cps}.csv, ldp_tables.md and ldp_ne.png. Data: ../shared/data
-(Gowalla CHI, Cho et al. 2011; CPS campus generator, Cunningham et al. PVLDB 2021).
+Writes bench/out/ldp_{chi,cps}.csv, ldp_tables.md (mean ± sd over reps) and ldp_ne.png. The
+datasets are built the paper's way by the ingest rules (`conf/chi_paper.yaml`,
+`conf/cps_paper.yaml`: trajectories of 2-8 points; `jobs.ingest.local.paper_dataset`).
+Data: ../shared/data (Gowalla CHI, Cho et al. 2011; CPS campus generator, Cunningham et al.
+PVLDB 2021).
 """
 
 from __future__ import annotations
@@ -13,23 +16,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jobs.ingest.local import paper_dataset
 from udfs import metrics
 from udfs.collect import perturb
-from udfs.trajectories import load_ldp_dataset
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "out"
 EPS = (1, 2, 4, 6, 8, 10)
 DELTAS = {"chi": (1.0, 2.0, 4.0), "cps": (0.25, 0.5, 1.0)}
-# Defaults first; then the alternatives the defaults were chosen against: the midpoint combiner
-# and DESIGN.md's two-copy rule for length-1 trajectories ("-2c"; the default is one EM draw).
+# Defaults first (TP/ATP join their copies with the "medoid" combiner); then the paper's Eq. 7
+# as written ("-paper") and the other combiners the default was chosen against.
 METHODS = {"ATP": ("atp", {}), "TP": ("tp", {}), "EXP": ("exp", {}), "UNIFORM": ("uniform", {}),
-           "ATP-mid": ("atp", {"combiner": "midpoint"}), "TP-mid": ("tp", {"combiner": "midpoint"}),
-           "ATP-2c": ("atp", {"single_point": "two_copies"})}
+           "ATP-paper": ("atp", {"combiner": "paper"}), "TP-paper": ("tp", {"combiner": "paper"}),
+           "ATP-copy_medoid": ("atp", {"combiner": "copy_medoid"}),
+           "TP-copy_medoid": ("tp", {"combiner": "copy_medoid"}),
+           "ATP-midpoint": ("atp", {"combiner": "midpoint"}),
+           "TP-midpoint": ("tp", {"combiner": "midpoint"})}
 
 
 def run(name, reps):
-    space, trajs = load_ldp_dataset(DATA, name)
+    space, trajs, _ = paper_dataset(name, DATA)
     rows = []
     for eps in EPS:
         for label, (mech, opts) in METHODS.items():
@@ -45,11 +51,12 @@ def run(name, reps):
     return pd.DataFrame(rows), space, trajs
 
 
-def _markdown(tab: pd.DataFrame) -> str:
-    head = "| method | " + " | ".join(f"eps={c}" for c in tab.columns) + " |"
-    sep = "|---" * (len(tab.columns) + 1) + "|"
-    body = ["| " + str(i) + " | " + " | ".join(f"{v:.4f}" for v in r) + " |"
-            for i, r in zip(tab.index, tab.to_numpy(), strict=True)]
+def _markdown(mean: pd.DataFrame, sd: pd.DataFrame) -> str:
+    head = "| method | " + " | ".join(f"eps={c}" for c in mean.columns) + " |"
+    sep = "|---" * (len(mean.columns) + 1) + "|"
+    body = ["| " + str(i) + " | " + " | ".join(f"{m:.4f} ± {d:.4f}" for m, d in zip(rm, rd,
+                                                                                   strict=True))
+            + " |" for i, rm, rd in zip(mean.index, mean.to_numpy(), sd.to_numpy(), strict=True)]
     return "\n".join([head, sep, *body])
 
 
@@ -64,14 +71,16 @@ def main():
         df, space, trajs = run(name, args.reps)
         df.to_csv(OUT / f"ldp_{name}.csv", index=False)
         frames[name] = df
-        mean = df.drop(columns="rep").groupby(["method", "eps"]).mean(numeric_only=True)
+        grouped = df.drop(columns="rep").groupby(["method", "eps"])
+        mean, sd = grouped.mean(numeric_only=True), grouped.std(numeric_only=True, ddof=1)
         lens = np.bincount([len(t) for t in trajs])
         md.append(f"## {name.upper()}: |P| = {space.n}, diameter {space.diameter:.2f} km, "
                   f"{len(trajs)} trajectories, lengths 1..8 = {lens[1:].tolist()}\n")
         for metric in mean.columns:
             tab = mean[metric].unstack("eps").reindex(list(METHODS))
-            md.append(f"### {metric} (mean of {args.reps} reps)\n")
-            md.append(_markdown(tab) + "\n")
+            spread = sd[metric].unstack("eps").reindex(list(METHODS)).fillna(0.0)
+            md.append(f"### {metric} (mean ± sd of {args.reps} reps)\n")
+            md.append(_markdown(tab, spread) + "\n")
     (OUT / "ldp_tables.md").write_text("\n".join(md))
     print("\n".join(md))
     import matplotlib
@@ -82,7 +91,7 @@ def main():
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, (name, df) in zip(axes, frames.items(), strict=True):
         m = df.groupby(["method", "eps"])["NE"].mean().unstack("eps")
-        for label in METHODS:
+        for label in ("ATP", "TP", "EXP", "UNIFORM", "ATP-paper", "TP-paper"):
             ax.plot(m.columns, m.loc[label], marker="o", label=label)
         ax.set(title=name.upper(), xlabel="epsilon", ylabel="NE")
         ax.legend()

@@ -152,6 +152,9 @@ class IngestConfig(_Section):
     the locations their own `Location ID`s name. `time_origin` is day 0 of numeric timestamps
     (`ts_unit: minutes`, the CPS data) and of the 48-slot data's day numbers. `order: file` keeps
     each user's records in input order (CPS rows are the path; their minutes are not monotone).
+    Trajectories (`jobs.ingest.shaping`): `segment: day` cuts at midnight and after gaps of more
+    than `gap_hours`, `gap` only after such gaps (across midnight), `none` only by length; every
+    piece holds at most `max_len` stays, and pieces under `min_len` are counted, not kept.
     """
 
     source: Literal["telecom", "plt", "checkins", "slots48"] = "telecom"
@@ -161,8 +164,10 @@ class IngestConfig(_Section):
     max_distance_km: float = Field(1.0, gt=0)
     window_start: dt.date | None = None
     window_end: dt.date | None = None
-    max_len: int = Field(8, ge=1)
-    gap_hours: float = Field(3.0, gt=0)
+    max_len: int = Field(8, ge=1, le=100_000)
+    min_len: int = Field(1, ge=1)
+    segment: Literal["day", "gap", "none"] = "day"
+    gap_hours: float = Field(3.0, gt=0, le=24 * 366 * 10)
     ts_unit: Literal["datetime", "minutes", "seconds"] = "datetime"
     time_origin: dt.datetime = dt.datetime(2000, 1, 1)
     order: Literal["time", "file"] = "time"
@@ -193,6 +198,10 @@ class IngestConfig(_Section):
         if self.window_start and self.window_end and self.window_end < self.window_start:
             raise ValueError(
                 f"window_end {self.window_end} is before window_start {self.window_start}"
+            )
+        if self.min_len > self.max_len:
+            raise ValueError(
+                f"min_len {self.min_len} is above max_len {self.max_len}: no piece could be kept"
             )
         if self.grid_bbox is None and self.grid_deg < 0.01:
             raise ValueError(
@@ -270,6 +279,9 @@ class CollectConfig(_Section):
     window_start: dt.date | None = None
     window_end: dt.date | None = None
     calibrated: bool = True  # ATP radius calibration (post-processing either way)
+    # How TP/ATP join their two copies (post-processing either way; `udfs.tp.combine`):
+    # medoid (measured best), copy_medoid, paper (Eq. 7 as written) or midpoint.
+    combiner: Literal["medoid", "copy_medoid", "paper", "midpoint"] = "medoid"
     max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
 
     @field_validator("epsilon")

@@ -163,7 +163,7 @@ class ATP(RecordedMechanism):
     epsilon_total: float
     granularity: str | int = "auto"
     calibrated: bool = True
-    combiner: str = "eq7"
+    combiner: str = "medoid"
     single_point: str = "one_copy"
 
     name = "atp"
@@ -217,5 +217,5 @@ class ATP(RecordedMechanism):
         for _, parity in COPIES:
             region = perturb_region(self.space, t, anchor, ea, er, rng, self.calibrated, lens)
             outs.append(perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, rng, region))
-        out[rest] = combine(outs[0], outs[1], self.space, self.combiner)
+        out[rest] = combine(outs[0], outs[1], self.space, self.combiner, lens)
         return out

@@ -41,7 +41,7 @@ def as_generator(seed) -> np.random.Generator:
 
 def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
                    granularity="auto", r_dir: float = 0.75, calibrated: bool = True,
-                   combiner: str = "eq7", single_point: str = "one_copy"):
+                   combiner: str = "medoid", single_point: str = "one_copy"):
     """Build the mechanism value object (validates every parameter)."""
     if not isinstance(space, LocationSpace):
         raise InvalidParameterError("space must be a udfs.space.LocationSpace "
@@ -117,7 +117,7 @@ def _validate_slow(trajectories, n_loc: int, max_len: int | None) -> list[np.nda
 
 def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, seed, *,
             granularity="auto", r_dir: float = 0.75, max_len: int | None = None,
-            calibrated: bool = True, combiner: str = "eq7", single_point: str = "one_copy",
+            calibrated: bool = True, combiner: str = "medoid", single_point: str = "one_copy",
             return_budget: bool = False):
     """Perturb each trajectory with `mechanism` at budget `epsilon` per whole trajectory.
 
@@ -132,7 +132,8 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         r_dir: TP's share of each copy spent on directions (ATP uses its fixed shares).
         max_len: if given, a longer trajectory raises InvalidTrajectoryError.
         calibrated: ATP's radius calibration on/off (post-processing either way).
-        combiner: "eq7" (DESIGN.md Eq. 7, default) or "midpoint" (TP/ATP; post-processing).
+        combiner: how TP/ATP join their two copies (post-processing, `udfs.tp.combine`):
+            "medoid" (default), "copy_medoid", "paper" (Eq. 7 as written) or "midpoint".
         single_point: TP/ATP on length-1 trajectories: "one_copy" (default, one EM draw over P
             with the whole epsilon; deviation from DESIGN.md, see udfs/PROOF.md 2a) or
             "two_copies" (DESIGN.md: two eps/2 copies combined).

@@ -260,7 +260,8 @@ def explain_settings(
     """
     from udfs.collect import make_mechanism
 
-    mech_opts = {k: v for k, v in options.items() if k in ("granularity", "r_dir", "calibrated")}
+    mech_keys = ("granularity", "r_dir", "calibrated", "combiner")
+    mech_opts = {k: v for k, v in options.items() if k in mech_keys}
     report = []
     for s in settings:
         mech = make_mechanism(space, s.epsilon, s.mechanism, **mech_opts)

@@ -377,6 +377,7 @@ def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
             "granularity": c.granularity,
             "r_dir": c.r_dir,
             "calibrated": c.calibrated,
+            "combiner": c.combiner,
             "max_len": c.max_len,
         },
         publish=publish_options(cfg),
@@ -641,7 +642,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
 def explain_report(cfg, release, cost, policy, summary, space) -> dict[str, Any]:
     """Where epsilon goes: per trajectory, per mechanism step, and per user window."""
     c = cfg.collect
-    options = {"granularity": c.granularity, "r_dir": c.r_dir, "calibrated": c.calibrated}
+    options = {"granularity": c.granularity, "r_dir": c.r_dir, "calibrated": c.calibrated,
+               "combiner": c.combiner}
     setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
     return {
         "run_id": release.run_id,

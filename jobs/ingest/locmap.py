@@ -222,12 +222,17 @@ def map_points(parsed: pd.DataFrame, locations: Locations, max_distance_km: floa
 
 def derive_locations(parsed: pd.DataFrame) -> LocationSet:
     """P from the records themselves (check-ins without a locations file): one location per
-    given id, at the mean coordinate of its valid records; integer ids kept, others numbered."""
+    given id, at the mean coordinate of its valid records.
+
+    Numbered 0..|P|-1 (in numeric id order when every id is an integer, else in first-seen
+    order): the records' ids only name the locations they visit, and `trajpriv collect`
+    indexes P by loc_id, so a derived set must be dense (Gowalla's ids run to 7 digits)."""
     ok = parsed["reason"].isna() & parsed["given_loc"].notna()
     rows = parsed.loc[ok, ["given_loc", "lat", "lon"]].copy()
     rows["name"] = canonical_ids(rows["given_loc"])
     agg = rows.groupby("name", sort=False)[["lat", "lon"]].mean().reset_index()
-    return _from_names(agg["name"], agg["lat"].to_numpy(), agg["lon"].to_numpy(), "records")
+    named = _from_names(agg["name"], agg["lat"].to_numpy(), agg["lon"].to_numpy(), "records")
+    return LocationSet(np.arange(len(named), dtype=np.int64), named.lat, named.lon, named.names)
 
 
 def _from_names(names: pd.Series, lat: np.ndarray, lon: np.ndarray, what: str) -> LocationSet:

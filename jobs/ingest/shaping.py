@@ -3,15 +3,23 @@
 Pure, vectorised pandas/numpy kernels (no Python loop per row): the same functions run on a
 whole small dataset in a unit test and on one hash bucket of users inside Spark's applyInPandas.
 
-Rules, per user-day (the calendar day of the timestamp as written, UTC for Geolife/Telecom):
+Trajectory rules (`ingest.segment`, `gap_hours`, `max_len`, `min_len`), per user and, with
+`segment="day"` (the default), per user-day (the calendar day of the timestamp as written, UTC
+for Geolife/Telecom); `segment="gap"` does not cut at midnight and `segment="none"` cuts only
+by length (one run of stays per user):
 1. order the points by time (or by input order, `order="file"`, for sources whose row order is
    the path, e.g. CPS);
 2. consecutive records at the same location merge into one *stay* (its time = the first
    record's, its end = the latest start/end of its records);
-3. a new trajectory starts where the next stay begins more than `gap_hours` after the previous
-   stay ended;
-4. each trajectory is cut into pieces of at most `max_len` stays; `traj_id` numbers the pieces
-   of a user-day 0, 1, 2, ... in time order.
+3. except with `segment="none"`, a new trajectory starts where the next stay begins more than
+   `gap_hours` after the previous stay ended;
+4. each trajectory is cut into consecutive pieces of at most `max_len` stays;
+5. pieces of fewer than `min_len` stays are not trajectories: they are returned apart (reason
+   `shorter_than_min_len`) so ingest counts them; their points stay accepted records.
+A trajectory's `date` is the day of its first stay; `traj_id` numbers the trajectories of a
+user and date 0, 1, 2, ... in time order, so (user_id, date, traj_id) is a key in every mode.
+This is the one trajectory rule set of the project: the benches build the paper's CHI and CPS
+sets through it too (`jobs.ingest.local`).
 Slot days: slot s covers [s*30 min, (s+1)*30 min) of the day; a slot takes the location seen
 most often in it (ties: the one seen last); empty slots are forward-filled, then leading empty
 slots back-filled from the first observed slot.
@@ -52,25 +60,58 @@ def mark_duplicates(points: pd.DataFrame) -> np.ndarray:
     return dup.reindex(points.index).to_numpy(dtype=bool)
 
 
-def _sorted(points: pd.DataFrame, order: str) -> pd.DataFrame:
+SEGMENTS = ("day", "gap", "none")
+SHORTER_THAN_MIN_LEN = "shorter_than_min_len"  # the reason a piece is not a trajectory
+
+
+def _sorted(points: pd.DataFrame, order: str, by_day: bool) -> pd.DataFrame:
     if order not in ("time", "file"):
         raise InvalidParameterError(f"order must be 'time' or 'file', got {order!r}")
     tie = [c for c in ("source", "line") if c in points.columns]
-    keys = ["user_id", "date", "ts", *tie] if order == "time" else ["user_id", "date", *tie, "ts"]
+    day = ["date"] if by_day else []
+    keys = ["user_id", *day, "ts", *tie] if order == "time" else ["user_id", *day, *tie, "ts"]
     return points.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def build_trajectories(
-    points: pd.DataFrame, *, max_len: int = 8, gap_hours: float = 3.0, order: str = "time"
+    points: pd.DataFrame,
+    *,
+    max_len: int = 8,
+    gap_hours: float = 3.0,
+    order: str = "time",
+    segment: str = "day",
+    min_len: int = 1,
 ) -> pd.DataFrame:
-    """Trajectories of accepted points (rules 1-4 of the module docstring)."""
+    """The trajectories of accepted points (rules 1-5 of the module docstring)."""
+    return cut_trajectories(
+        points, max_len=max_len, gap_hours=gap_hours, order=order, segment=segment,
+        min_len=min_len,
+    )[0]
+
+
+def cut_trajectories(
+    points: pd.DataFrame,
+    *,
+    max_len: int = 8,
+    gap_hours: float = 3.0,
+    order: str = "time",
+    segment: str = "day",
+    min_len: int = 1,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(trajectories, pieces shorter than `min_len`) of accepted points, both in the
+    TRAJECTORY_COLUMNS shape (the short pieces' `traj_id` is -1: they are not trajectories)."""
     if max_len < 1:
         raise InvalidParameterError(f"max_len must be at least 1, got {max_len}")
+    if not 1 <= min_len <= max_len:
+        raise InvalidParameterError(f"min_len must be in 1..max_len ({max_len}), got {min_len}")
     if not gap_hours > 0:
         raise InvalidParameterError(f"gap_hours must be positive, got {gap_hours}")
+    if segment not in SEGMENTS:
+        raise InvalidParameterError(f"segment must be one of {SEGMENTS}, got {segment!r}")
     if points.empty:
-        return _empty_trajectories()
-    p = _sorted(with_dates(points) if "date" not in points.columns else points, order)
+        return _empty_trajectories(), _empty_trajectories()
+    p = _sorted(with_dates(points) if "date" not in points.columns else points, order,
+                by_day=segment == "day")
     user = p["user_id"].to_numpy()  # text or integer codes: only compared for equality
     day = p["date"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
     loc = p["loc_id"].to_numpy(dtype=np.int64)
@@ -80,45 +121,43 @@ def build_trajectories(
         end_raw = p["end_ts"].to_numpy(dtype="datetime64[ns]")
         end = np.where(np.isnat(end_raw), ts, np.maximum(end_raw.astype(np.int64), ts))
 
-    # Stays: runs of the same location within a user-day.
-    new_day = np.r_[True, (user[1:] != user[:-1]) | (day[1:] != day[:-1])]
-    new_stay = new_day | np.r_[True, loc[1:] != loc[:-1]]
+    # Stays: runs of the same location within a user (and a day, when cutting by day).
+    bound = np.r_[True, user[1:] != user[:-1]]
+    if segment == "day":
+        bound |= np.r_[True, day[1:] != day[:-1]]
+    new_stay = bound | np.r_[True, loc[1:] != loc[:-1]]
     starts = np.flatnonzero(new_stay)
     stay_loc, stay_ts = loc[starts], ts[starts]
     stay_end = np.maximum.reduceat(end, starts)
-    stay_new_day = new_day[starts]
 
-    # Segments: a new one per user-day and after a gap of more than gap_hours.
-    gap_ns = int(round(gap_hours * 3600 * 1e9))
-    gap = np.r_[False, (stay_ts[1:] - stay_end[:-1]) > gap_ns]
-    new_seg = stay_new_day | gap
+    # Segments: at every bound, and after a gap of more than gap_hours unless segment=none.
+    new_seg = bound[starts].copy()
+    if segment != "none":
+        gap_ns = int(round(gap_hours * 3600 * 1e9))
+        new_seg[1:] |= (stay_ts[1:] - stay_end[:-1]) > gap_ns
     seg_id = np.cumsum(new_seg) - 1
     seg_start = np.flatnonzero(new_seg)
     pos = np.arange(len(starts)) - seg_start[seg_id]
-    new_piece = new_seg | (pos % max_len == 0)
-    piece_start = np.flatnonzero(new_piece)
-
-    # traj_id: ordinal of the piece within its user-day.
-    day_of_stay = np.cumsum(stay_new_day) - 1
-    piece_day = day_of_stay[piece_start]
-    first_of_day = np.r_[True, piece_day[1:] != piece_day[:-1]]
-    day_first_idx = np.flatnonzero(first_of_day)
-    traj_id = np.arange(len(piece_start)) - day_first_idx[np.cumsum(first_of_day) - 1]
-
+    piece_start = np.flatnonzero(new_seg | (pos % max_len == 0))
     offsets = np.r_[piece_start, len(starts)]
-    loc_lists = list_column(offsets, stay_loc.astype(np.int32))
-    ts_lists = list_column(offsets, stay_ts.astype("datetime64[ns]"))
+    n = np.diff(offsets).astype(np.int32)
+
     row_of_piece = starts[piece_start]
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "user_id": user[row_of_piece],
             "date": p["date"].to_numpy()[row_of_piece],
-            "traj_id": traj_id.astype(np.int32),
-            "loc_ids": loc_lists,
-            "ts": ts_lists,
-            "n": np.diff(np.r_[piece_start, len(starts)]).astype(np.int32),
+            "traj_id": np.full(len(piece_start), -1, dtype=np.int32),
+            "loc_ids": list_column(offsets, stay_loc.astype(np.int32)),
+            "ts": list_column(offsets, stay_ts.astype("datetime64[ns]")),
+            "n": n,
         }
     )
+    long = n >= min_len
+    kept = frame[long].reset_index(drop=True)
+    # traj_id: ordinal of the trajectory within its (user, date), in the order built (time).
+    kept["traj_id"] = kept.groupby(["user_id", "date"], sort=False).cumcount().astype(np.int32)
+    return kept, frame[~long].reset_index(drop=True)
 
 
 def list_column(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:

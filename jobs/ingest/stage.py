@@ -176,7 +176,8 @@ def union_rows(spark, plan: InputPlan, partitions: int):
         out = finish_bucket(from_arrow(rows.cast(PARSED_ARROW)), opts)  # whole users
         q = out.quarantined
         q = q.assign(source=paths[q["source"].to_numpy(np.int64)])
-        table = union_table(BucketOutput(q, out.points, out.trajectories, out.slot_days))
+        table = union_table(BucketOutput(q, out.points, out.trajectories, out.slot_days,
+                                         out.short_trajectories))
         return table.to_batches(max_chunksize=OUT_BATCH)
 
     # Hash partitioning on the user id itself: whole users per partition, evenly spread; one
@@ -199,9 +200,11 @@ def slots48_union(spark, cfg: Config):
     index = np.full(int(locations.loc_id.max()) + 1, -1, dtype=np.int64)
     index[locations.loc_id] = np.arange(len(locations))
     points = shaping.points_from_slot_days(days, locations.lat, locations.lon, index)
-    traj = shaping.build_trajectories(points, max_len=icfg.max_len, gap_hours=icfg.gap_hours)
+    traj, short = shaping.cut_trajectories(
+        points, max_len=icfg.max_len, gap_hours=icfg.gap_hours, segment=icfg.segment,
+        min_len=icfg.min_len)
     # One input line = one record: the points of a day are not records of their own.
-    out = BucketOutput(frame[~ok], points, traj, days[["user_id", "date", "slots"]])
+    out = BucketOutput(frame[~ok], points, traj, days[["user_id", "date", "slots"]], short)
     return spark.createDataFrame(union_table(out), UNION_DDL), locations, len(frame)
 
 
@@ -218,12 +221,15 @@ def count_staged(staged, plan: InputPlan, n_read_override: int | None):
     for r in rows:
         key = (r["kind"], r["reason"])
         counts[key] = counts.get(key, 0) + int(r["count"])
-        if r["day"] is not None:
+        if r["day"] is not None and (r["reason"] is None or r["kind"] == "quarantine"):
             dates.setdefault(r["kind"], set()).add(r["day"])
     quarantined: dict[str, int] = {}
+    dropped: dict[str, int] = {}  # pieces that are not trajectories (ingest.min_len), by reason
     for (kind, reason), c in counts.items():
         if kind == "quarantine":
             quarantined[reason] = quarantined.get(reason, 0) + c
+        elif kind == "trajectory" and reason is not None:
+            dropped[reason] = dropped.get(reason, 0) + c
     accepted = counts.get(("point", None), 0)
     if n_read_override is not None:
         accepted_records = n_read_override - sum(quarantined.values())
@@ -239,6 +245,7 @@ def count_staged(staged, plan: InputPlan, n_read_override: int | None):
         "quarantined_by_reason": dict(sorted(quarantined.items())),
         "points": accepted,
         "trajectories": counts.get(("trajectory", None), 0),
+        "trajectories_dropped_by_reason": dict(sorted(dropped.items())),
         "slot_days": counts.get(("slot_day", None), 0),
     }
     return figures, {kind: sorted(days) for kind, days in dates.items()}
@@ -317,7 +324,7 @@ def write_tables(spark, dataset: str, folder: Path, commit: dict[str, Any],
     points = staged.where("kind = 'point'").select(
         ds, "user_id", "ts", "lat", "lon", F.col("loc_id").cast("int").alias("loc_id"), date
     )
-    traj = staged.where("kind = 'trajectory'").select(
+    traj = staged.where("kind = 'trajectory' AND reason IS NULL").select(
         ds,
         "user_id",
         F.col("traj_id").cast("int").alias("traj_id"),

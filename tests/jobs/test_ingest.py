@@ -178,6 +178,34 @@ def test_plt_folder_and_slots48(spark, spark_config, tmp_path):
     assert [list(x) for x in traj["loc_ids"]] == [[0, 1], [2]]
 
 
+def test_checkins_the_papers_way_gap_segments_min_len_and_dense_ids(spark, spark_config,
+                                                                    tmp_path):
+    """Measured defects: trajectories were always cut at midnight and one-point pieces kept;
+    check-ins' own location ids (Gowalla's run to 7 digits) were published as loc_id, which
+    `collect` refuses (it indexes P by loc_id)."""
+    path = tmp_path / "checkins.csv"
+    path.write_text(
+        "User ID,Latitude,Longitude,Timestamp,Location ID\n"
+        "7,41.80,-87.60,2010-09-01 23:30:00,144390\n"
+        "7,41.81,-87.61,2010-09-02 00:20:00,9943\n"  # after midnight: same trajectory
+        "7,41.82,-87.62,2010-09-02 09:00:00,555\n"  # 8.7 h later: alone, under min_len
+        "8,41.80,-87.60,2010-09-03 10:00:00,144390\n"
+        "8,41.82,-87.62,2010-09-03 11:00:00,555\n"
+    )
+    cfg = _cfg(spark_config, "chi_t", source="checkins", path=path, segment="gap", min_len=2,
+               buckets=2)
+    figures = _run(spark, cfg)
+    assert figures["records_read"] == figures["records_accepted"] == 5
+    assert figures["trajectories"] == 2
+    assert figures["trajectories_dropped_by_reason"] == {"shorter_than_min_len": 1}
+    locs = _rows(spark, "trajpriv_pub.locations", "chi_t").sort_values("loc_id")
+    assert locs["loc_id"].tolist() == [0, 1, 2]  # ids 555, 9943, 144390 in id order
+    traj = _rows(spark, "trajpriv_raw.trajectories", "chi_t").sort_values("user_id")
+    assert [list(x) for x in traj["loc_ids"]] == [[2, 1], [2, 0]]
+    assert traj["date"].astype(str).tolist() == ["2010-09-01", "2010-09-03"]
+    assert traj["n"].tolist() == [2, 2]
+
+
 def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_path):
     with pytest.raises(InputDataError, match="does not exist"):
         _run(spark, _cfg(spark_config, "bad1", source="plt", path=tmp_path / "nowhere"))

@@ -174,7 +174,9 @@ def test_checkins_chi_and_cps_shapes():
     parsed = checkins.parse_csv(chi, "chi.csv", Window())
     assert parsed["reason"].isna().all()
     derived = derive_locations(parsed)
-    assert derived.loc_id.tolist() == [9943, 144390]  # integer ids are kept
+    # numbered densely in id order (collect indexes P by loc_id); the ids stay as names
+    assert derived.loc_id.tolist() == [0, 1] and derived.names.tolist() == ["9943", "144390"]
+    assert derived.lookup(pd.Series(["144390", "9943", "7"])).tolist() == [1, 0, -1]
     cps = (
         b"User ID,Location ID,Timestamp,Latitude,Longitude\n"
         b"1,IONA,0.0,49.27088,-123.250325\n1,ALUM,49.5,49.266009,-123.249577\n"

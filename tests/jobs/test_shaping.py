@@ -26,11 +26,13 @@ def pts(rows):
     return frame
 
 
-def reference(points: pd.DataFrame, max_len: int, gap_hours: float) -> list[tuple]:
+def reference(points: pd.DataFrame, max_len: int, gap_hours: float, segment: str = "day",
+              min_len: int = 1) -> list[tuple]:
     """Loop-per-record reference: (user, date, traj_id, loc tuple, ts tuple)."""
     out = []
     p = points.sort_values(["user_id", "ts", "line"])
-    for (user, day), grp in p.groupby([p["user_id"], p["ts"].dt.normalize()], sort=True):
+    day = p["ts"].dt.normalize() if segment == "day" else pd.Series(0, index=p.index)
+    for _, grp in p.groupby([p["user_id"], day], sort=True):
         stays = []  # [loc, start, end]
         for rec in grp.itertuples():
             end = rec.ts if pd.isna(rec.end_ts) else max(rec.ts, rec.end_ts)
@@ -40,18 +42,24 @@ def reference(points: pd.DataFrame, max_len: int, gap_hours: float) -> list[tupl
                 stays.append([rec.loc_id, rec.ts, end])
         segments, current = [], []
         for stay in stays:
-            if current and stay[1] - current[-1][2] > pd.Timedelta(hours=gap_hours):
+            gap = current and stay[1] - current[-1][2] > pd.Timedelta(hours=gap_hours)
+            if gap and segment != "none":
                 segments.append(current)
                 current = []
             current.append(stay)
         segments.append(current)
-        k = 0
         for seg in segments:
             for i in range(0, len(seg), max_len):
                 piece = seg[i : i + max_len]
-                out.append((user, day, k, tuple(s[0] for s in piece), tuple(s[1] for s in piece)))
-                k += 1
-    return out
+                if len(piece) >= min_len:
+                    out.append((grp["user_id"].iloc[0], piece[0][1].normalize(),
+                                tuple(s[0] for s in piece), tuple(s[1] for s in piece)))
+    numbered, seen = [], {}
+    for user, date, locs, times in sorted(out, key=lambda r: (r[0], r[3][0])):
+        k = seen.get((user, date), 0)
+        seen[(user, date)] = k + 1
+        numbered.append((user, date, k, locs, times))
+    return sorted(numbered, key=lambda r: (r[0], r[1], r[2]))
 
 
 def as_tuples(traj: pd.DataFrame) -> list[tuple]:
@@ -110,6 +118,40 @@ def test_matches_reference_on_random_points(max_len, gap):
     assert got == reference(points, max_len, gap)
 
 
+@pytest.mark.parametrize("segment,min_len", [("gap", 1), ("gap", 2), ("none", 1), ("day", 3)])
+def test_segments_and_min_len_match_reference(segment, min_len):
+    rng = np.random.default_rng(7)
+    rows = [(int(rng.integers(0, 5)), int(rng.integers(0, 4 * 1440)), int(rng.integers(0, 4)))
+            for _ in range(500)]
+    points = pts(rows)
+    kept, short = shaping.cut_trajectories(points, max_len=4, gap_hours=2.0, segment=segment,
+                                           min_len=min_len)
+    assert as_tuples(kept) == reference(points, 4, 2.0, segment, min_len)
+    every = reference(points, 4, 2.0, segment, 1)
+    assert len(kept) + len(short) == len(every)
+    assert (short["n"] < min_len).all() and (short["traj_id"] == -1).all()
+
+
+def test_gap_segments_cross_midnight_and_none_ignores_gaps():
+    rows = [(1, 23 * 60 + 50, 1), (1, 24 * 60 + 5, 2), (1, 24 * 60 + 5 + 300, 3)]
+    day = shaping.build_trajectories(pts(rows), gap_hours=3, segment="day")
+    gap = shaping.build_trajectories(pts(rows), gap_hours=3, segment="gap")
+    none = shaping.build_trajectories(pts(rows), gap_hours=3, segment="none")
+    assert [list(x) for x in day["loc_ids"]] == [[1], [2], [3]]
+    assert [list(x) for x in gap["loc_ids"]] == [[1, 2], [3]]
+    assert [list(x) for x in none["loc_ids"]] == [[1, 2, 3]]
+    # the date of a trajectory is its first stay's; ids count per (user, date)
+    assert gap["date"].tolist() == [T0, T0 + pd.Timedelta(days=1)]
+    assert gap["traj_id"].tolist() == [0, 0]
+
+
+def test_min_len_drops_short_pieces_and_renumbers():
+    rows = [(1, 0, 1), (1, 400, 2), (1, 410, 3), (1, 900, 4)]
+    kept, short = shaping.cut_trajectories(pts(rows), gap_hours=3, min_len=2)
+    assert [list(x) for x in kept["loc_ids"]] == [[2, 3]] and kept["traj_id"].tolist() == [0]
+    assert [list(x) for x in short["loc_ids"]] == [[1], [4]]
+
+
 def test_file_order_keeps_input_order():
     rows = [(1, 0, 1), (1, 50, 2), (1, 30, 3)]
     traj = shaping.build_trajectories(pts(rows), order="file")
@@ -123,6 +165,10 @@ def test_invalid_parameters_raise():
         shaping.build_trajectories(pts([(1, 0, 1)]), max_len=0)
     with pytest.raises(InvalidParameterError, match="order"):
         shaping.build_trajectories(pts([(1, 0, 1)]), order="random")
+    with pytest.raises(InvalidParameterError, match="segment"):
+        shaping.build_trajectories(pts([(1, 0, 1)]), segment="week")
+    with pytest.raises(InvalidParameterError, match="min_len"):
+        shaping.build_trajectories(pts([(1, 0, 1)]), max_len=3, min_len=4)
 
 
 def test_slot_days_mode_then_forward_and_back_fill():

@@ -139,3 +139,48 @@ def test_single_point_one_copy_is_exactly_em_over_p(grid_space, mech):
     assert gof_pvalue(counts, ExponentialMechanism(grid_space, eps).probabilities(14)) > 1e-4
     with pytest.raises(InvalidParameterError, match="single_point"):
         perturb([np.array([1])], grid_space, 1.0, mech, 0, single_point="three")
+
+
+def _line_space(n: int = 6) -> LocationSpace:
+    """n locations 1 km apart on a meridian (ids 0..n-1 from south to north)."""
+    return LocationSpace.from_latlon(np.arange(n) * 0.009, np.zeros(n))
+
+
+def test_paper_combiner_keeps_the_lower_id_of_the_two_copies():
+    from udfs.tp import combine
+
+    space = _line_space()
+    a, b = np.array([[5, 0, 3]]), np.array([[1, 4, 3]])
+    assert combine(a, b, space, "paper").tolist() == [[1, 0, 3]]
+
+
+def test_medoid_combiners_take_the_copy_output_that_agrees_with_the_trajectory():
+    from udfs.tp import combine
+
+    space = _line_space()
+    # copy A strays to 5 at position 0; every other output sits near 1: B's 1 wins there.
+    a, b = np.array([[5, 1, 2, 0]]), np.array([[1, 2, 1, 0]])
+    lens = np.array([3])
+    got = combine(a, b, space, "copy_medoid", lens)
+    assert got[0, 0] == 1 and got[0, 3] == 0  # padding is left alone
+    # each point: the candidate with the least total distance to the outputs {5,1,2,1,2,1}
+    # (first of equals), among the copies and, for "medoid", their snapped midpoint too
+    outs = np.r_[a[0, :3], b[0, :3]]
+    midpoint = combine(a, b, space, "midpoint")
+    for how, extra in (("copy_medoid", []), ("medoid", [midpoint])):
+        got = combine(a, b, space, how, lens)
+        for i in range(3):
+            cands = [a[0, i], b[0, i], *(m[0, i] for m in extra)]
+            costs = [space.dist[c, outs].astype(np.float64).sum() for c in cands]
+            assert got[0, i] == cands[int(np.argmin(costs))], (how, i)
+
+
+def test_medoid_is_the_default_and_paper_stays_selectable(grid_space):
+    traj = [np.array([0, 5, 9, 3]), np.array([2, 7])]
+    for mech in ("tp", "atp"):
+        default = perturb(traj, grid_space, 2.0, mech, 3)
+        medoid = perturb(traj, grid_space, 2.0, mech, 3, combiner="medoid")
+        assert all(np.array_equal(x, y) for x, y in zip(default, medoid, strict=True))
+        perturb(traj, grid_space, 2.0, mech, 3, combiner="paper")
+    with pytest.raises(InvalidParameterError, match="combiner"):
+        perturb(traj, grid_space, 2.0, "tp", 3, combiner="eq7")

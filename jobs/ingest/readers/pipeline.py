@@ -40,6 +40,8 @@ class ReaderOptions:
     max_len: int = 8
     gap_hours: float = 3.0
     order: str = "time"
+    segment: str = "day"
+    min_len: int = 1
 
 
 def parse_file(
@@ -72,6 +74,8 @@ class BucketOutput:
     points: pd.DataFrame  # the accepted rows, with `date`
     trajectories: pd.DataFrame
     slot_days: pd.DataFrame
+    # Pieces shorter than ingest.min_len: counted (a `trajectory` row with a reason), not written.
+    short_trajectories: pd.DataFrame | None = None
 
 
 def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
@@ -93,8 +97,9 @@ def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
     reason[dup] = Reason.DUPLICATE.value
     accepted = pd.isna(reason)
     points = shaping.with_dates(work[accepted])
-    traj = shaping.build_trajectories(
-        points, max_len=opts.max_len, gap_hours=opts.gap_hours, order=opts.order
+    traj, short = shaping.cut_trajectories(
+        points, max_len=opts.max_len, gap_hours=opts.gap_hours, order=opts.order,
+        segment=opts.segment, min_len=opts.min_len,
     )
     slots = shaping.build_slot_days(points)
     quarantined = rows[~accepted].assign(reason=reason[~accepted])
@@ -103,6 +108,7 @@ def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
         points=points.assign(user_id=users[points["user_id"].to_numpy(np.int64)]),
         trajectories=traj.assign(user_id=users[traj["user_id"].to_numpy(np.int64)]),
         slot_days=slots.assign(user_id=users[slots["user_id"].to_numpy(np.int64)]),
+        short_trajectories=short.assign(user_id=users[short["user_id"].to_numpy(np.int64)]),
     )
 
 
@@ -112,21 +118,22 @@ def union_table(out: BucketOutput) -> pa.Table:
     Built column by column in Arrow: a column a kind does not have is an all-null array.
     """
     q, p, t, s = out.quarantined, out.points, out.trajectories, out.slot_days
+    short = out.short_trajectories
+    if short is None:
+        short = t.iloc[:0]
+
+    def trajectory(frame: pd.DataFrame, reason: str | None) -> dict[str, pd.Series]:
+        cols = {"user_id": frame["user_id"], "date": frame["date"], "traj_id": frame["traj_id"],
+                "loc_ids": frame["loc_ids"], "ts_list": frame["ts"], "n": frame["n"]}
+        if reason is not None:
+            cols["reason"] = pd.Series([reason] * len(frame), dtype=object)
+        return cols
+
     parts = [
         ("quarantine", q, {c: q[c] for c in ("source", "line", "record", "reason", "user_id")}),
         ("point", p, {c: p[c] for c in ("user_id", "ts", "lat", "lon", "loc_id", "date")}),
-        (
-            "trajectory",
-            t,
-            {
-                "user_id": t["user_id"],
-                "date": t["date"],
-                "traj_id": t["traj_id"],
-                "loc_ids": t["loc_ids"],
-                "ts_list": t["ts"],
-                "n": t["n"],
-            },
-        ),
+        ("trajectory", t, trajectory(t, None)),
+        ("trajectory", short, trajectory(short, shaping.SHORTER_THAN_MIN_LEN)),
         ("slot_day", s, {c: s[c] for c in ("user_id", "date", "slots")}),
     ]
     tables = [_part(kind, len(frame), cols) for kind, frame, cols in parts if len(frame)]
@@ -152,16 +159,22 @@ def _part(kind: str, n: int, columns: dict[str, pd.Series]) -> pa.Table:
 
 
 def split_union(union: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Union frame -> {points, quarantine, trajectories, slot_days} (for tests and local runs)."""
+    """Union frame -> {points, quarantine, trajectories, short_trajectories, slot_days} (for
+    tests and local runs; `short_trajectories` are the pieces under ingest.min_len)."""
     kinds = {
         "point": "points",
         "quarantine": "quarantine",
         "trajectory": "trajectories",
         "slot_day": "slot_days",
     }
-    return {
-        name: union[union["kind"] == kind].reset_index(drop=True) for kind, name in kinds.items()
+    out = {
+        name: union[(union["kind"] == kind) & union["reason"].isna()].reset_index(drop=True)
+        for kind, name in kinds.items() if kind != "quarantine"
     }
+    out["quarantine"] = union[union["kind"] == "quarantine"].reset_index(drop=True)
+    short = (union["kind"] == "trajectory") & union["reason"].notna()
+    out["short_trajectories"] = union[short].reset_index(drop=True)
+    return out
 
 
 def ingest_local(

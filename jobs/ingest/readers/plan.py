@@ -45,6 +45,8 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         max_len=icfg.max_len,
         gap_hours=icfg.gap_hours,
         order=icfg.order,
+        segment=icfg.segment,
+        min_len=icfg.min_len,
     )
 
 
