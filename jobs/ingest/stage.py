@@ -245,6 +245,7 @@ def count_staged(staged, plan: InputPlan, n_read_override: int | None):
         "quarantined_by_reason": dict(sorted(quarantined.items())),
         "points": accepted,
         "trajectories": counts.get(("trajectory", None), 0),
+        "trajectories_dropped": sum(dropped.values()),
         "trajectories_dropped_by_reason": dict(sorted(dropped.items())),
         "slot_days": counts.get(("slot_day", None), 0),
     }

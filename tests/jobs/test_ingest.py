@@ -197,6 +197,7 @@ def test_checkins_the_papers_way_gap_segments_min_len_and_dense_ids(spark, spark
     figures = _run(spark, cfg)
     assert figures["records_read"] == figures["records_accepted"] == 5
     assert figures["trajectories"] == 2
+    assert figures["trajectories_dropped"] == 1
     assert figures["trajectories_dropped_by_reason"] == {"shorter_than_min_len": 1}
     locs = _rows(spark, "trajpriv_pub.locations", "chi_t").sort_values("loc_id")
     assert locs["loc_id"].tolist() == [0, 1, 2]  # ids 555, 9943, 144390 in id order
