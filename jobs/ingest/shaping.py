@@ -73,20 +73,9 @@ def _sorted(points: pd.DataFrame, order: str, by_day: bool) -> pd.DataFrame:
     return points.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def build_trajectories(
-    points: pd.DataFrame,
-    *,
-    max_len: int = 8,
-    gap_hours: float = 3.0,
-    order: str = "time",
-    segment: str = "day",
-    min_len: int = 1,
-) -> pd.DataFrame:
-    """The trajectories of accepted points (rules 1-5 of the module docstring)."""
-    return cut_trajectories(
-        points, max_len=max_len, gap_hours=gap_hours, order=order, segment=segment,
-        min_len=min_len,
-    )[0]
+def build_trajectories(points: pd.DataFrame, **rules) -> pd.DataFrame:
+    """The trajectories of accepted points (`cut_trajectories` without the short pieces)."""
+    return cut_trajectories(points, **rules)[0]
 
 
 def cut_trajectories(
