@@ -534,6 +534,24 @@ def config_from_mapping(tree: dict[str, Any], source: str = "<mapping>") -> Conf
         raise ConfigError(_format_validation(exc, source)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a key given twice in one mapping: plain YAML keeps the last,
+    so a second `ingest:` section would silently drop every key of the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"key {key!r} appears twice (lines {seen[key]} and "
+                    f"{key_node.start_mark.line + 1}); merge the two into one",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config, apply `key.path=value` overrides, validate; ConfigError if wrong."""
     tree: dict[str, Any] = {}
@@ -544,7 +562,7 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         if not file.is_file():
             raise ConfigError(f"config file {file} does not exist")
         try:
-            loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+            loaded = yaml.load(file.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {file} is not valid YAML: {exc}") from None
         if loaded is None:

@@ -315,7 +315,26 @@ def load_locations(path: Path | str, fmt: str = "auto") -> LocationSet:
         raise InputDataError(
             f"location file {path} line {line}: duplicate location id {names.iloc[line - 2]!r}"
         )
+    _check_integer_ids(names, path)
     return _from_names(names, lat, lon, f"location file {path}")
+
+
+def _check_integer_ids(names: pd.Series, path: Path) -> None:
+    """Integer ids are published as they are (a 32-bit `loc_id`, -1 meaning "no location" in
+    the mapping): a negative one or one of 2^31 or more cannot be, so the file is refused
+    (before, such a file was accepted and its records quarantined or silently renumbered)."""
+    numeric = pd.to_numeric(canonical_ids(names), errors="coerce")
+    if not numeric.notna().all():
+        return  # text ids: numbered in file order, as documented
+    bad = ((numeric < 0) | (numeric >= 2**31)).to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        what = "negative" if numeric.iloc[i] < 0 else "2^31 or more"
+        raise InputDataError(
+            f"location file {path} line {i + 2}: location id {names.iloc[i]!r} is {what}; "
+            "integer ids must be 0..2147483647 (they are published as loc_id): renumber the "
+            "locations and the records that name them"
+        )
 
 
 def _check_coords(lat: np.ndarray, lon: np.ndarray, path: Path, first_line: int) -> None:

@@ -47,6 +47,12 @@ def test_override_sets_nested_values_and_spark_keys() -> None:
         (["spark.conf.notspark=1"], r"spark\.conf: .*only spark\.\* settings"),
         (["dataset=bad name!"], r"dataset"),
         (["collect.epsilon"], r"expected key\.path=value"),
+        # measured defects: accepted by the config, then an OverflowError inside ingest
+        (["ingest.max_len=1e30"], r"ingest\.max_len"),
+        (["ingest.gap_hours=1e300"], r"ingest\.gap_hours: Input should be less than or equal"),
+        (["ingest.min_len=9"], r"min_len 9 is above max_len 8"),
+        (["ingest.segment=week"], r"ingest\.segment"),
+        (["collect.combiner=eq7"], r"collect\.combiner"),
     ],
 )
 def test_bad_values_name_the_key(overrides: list[str], expected: str) -> None:
@@ -97,3 +103,12 @@ def test_a_shipped_config_exercises_dynamics_compensation() -> None:
 
     betas = {p.name: model_config(load_config(p)).beta for p in CONF_DIR.glob("*.yaml")}
     assert betas["geolife_compensated.yaml"] > 0, betas
+
+
+def test_a_section_given_twice_is_refused_not_merged_away(tmp_path: Path) -> None:
+    """Measured defect: a second `ingest:` section silently dropped the first one's keys."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("dataset: d\ningest:\n  max_len: 5\ncollect:\n  epsilon: 2\n"
+                    "ingest:\n  gap_hours: 2\n")
+    with pytest.raises(ConfigError, match=r"key 'ingest' appears twice \(lines 2 and 6\)"):
+        load_config(path)

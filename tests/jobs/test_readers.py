@@ -116,6 +116,9 @@ def telecom_lines() -> list[tuple[str, str | None]]:
         (",2014-06-01 10:00:00,,31.2,121.4,", "unparsable_line"),
         ("2,2014-06-01 10:00:00,,31.2,121.4,10,surplus", "unparsable_line"),
         ("2,2014-06-01 10:00:00,,31.2,121.4,\udcff", "non_utf8"),  # a lone 0xFF byte
+        # measured defect: the C parser cut 31.24\x006946 to 31.24 (700 m off) and u\x00bad to u
+        ("1,2014-06-01 11:00:00,,31.24\x006946,121.47,", "nul_byte"),
+        ("u\x00bad,2014-06-01 11:00:00,,31.2301,121.4702,", "nul_byte"),
     ]
 
 
@@ -294,3 +297,33 @@ def test_slots48_plain_rows_are_users_of_their_own(tmp_path):
     frame, _ = slots48.read_slots(tmp_path, None, dt.date(2008, 1, 1))
     assert frame["user_id"].tolist() == ["row0", "row1"]
     assert frame["reason"].isna().all()
+
+
+@pytest.mark.parametrize("bad_id, what", [("-5", "negative"), ("3000000000", "2\\^31 or more")])
+def test_a_location_file_with_an_id_that_cannot_be_published_is_refused(tmp_path, bad_id, what):
+    """Measured defects: a negative id was accepted (its records then quarantined), an id of
+    2^31 or more renumbered every station in file order without a word."""
+    path = tmp_path / "stations.csv"
+    path.write_text(f"loc_id,lat,lon\n10,31.2,121.4\n{bad_id},31.3,121.5\n")
+    with pytest.raises(InputDataError, match=f"line 3: location id '{bad_id}' is {what}"):
+        load_locations(path)
+
+
+@pytest.mark.parametrize("header_tail, row_tail", [(",", ""), ("", ","), (",,", ",,"), ("", ", ,")])
+def test_trailing_separators_of_spreadsheet_exports_are_read(header_tail, row_tail):
+    """Measured defect: a trailing comma in the header (`user,start,end,lat,lon,`) quarantined
+    every record `truncated_line`; on the rows, `unparsable_line`."""
+    content = (f"user,start,end,lat,lon{header_tail}\n"
+               f"1,2014-06-01 08:00:00,,31.2001,121.4001{row_tail}\n"
+               f"2,2014-06-01 09:00:00,,31.2301,121.4702{row_tail}\n"
+               f"3,2014-06-01 09:00:00,,31.2301,121.4702{header_tail},surplus\n").encode()
+    parsed = telecom.parse_csv(content, "export.csv", Window())
+    assert parsed["reason"].tolist() == [None, None, "unparsable_line"]
+    assert parsed["lon"].tolist()[:2] == [121.4001, 121.4702]
+    assert parsed["record"].iloc[0].endswith(f"121.4001{row_tail}")  # the record as written
+
+
+def test_an_unnamed_trailing_column_with_values_is_still_read():
+    content = b"user,start,end,lat,lon,\n1,2014-06-01 08:00:00,,31.2,121.4,x\n1,2014-06-01,,31.2\n"
+    parsed = telecom.parse_csv(content, "export.csv", Window())
+    assert parsed["reason"].tolist() == [None, "truncated_line"]

@@ -27,6 +27,7 @@ class Reason(StrEnum):
     UNPARSABLE_LINE = "unparsable_line"
     TRUNCATED_LINE = "truncated_line"
     NON_UTF8 = "non_utf8"
+    NUL_BYTE = "nul_byte"  # a NUL (0x00) byte in the line: a field would be cut at it
     MISSING_COORDINATE = "missing_coordinate"  # empty, NaN or infinite latitude/longitude
     COORDINATE_OUT_OF_RANGE = "coordinate_out_of_range"  # |lat| > 90 or |lon| > 180
     NULL_ISLAND = "null_island"  # exactly (0, 0): a GPS fix that never happened
@@ -95,6 +96,7 @@ class Lines:
     text: pd.Series  # str
     line: np.ndarray  # int64, 1-based
     non_utf8: np.ndarray  # bool
+    nul: np.ndarray  # bool: the line holds a NUL byte (C parsers end a field there)
     unterminated: np.ndarray  # bool: the file's last line without a newline (maybe cut short)
     header: list[str]  # the header lines that were skipped
 
@@ -132,10 +134,12 @@ def split_lines(content: bytes, *, skip: int = 0) -> Lines:
     unterminated = np.zeros(len(lines), dtype=bool)
     if len(lines) and not terminated_last:
         unterminated[-1] = True
+    nul = text_s.str.contains("\x00", regex=False).to_numpy(dtype=bool)
     return Lines(
         text=text_s[keep].reset_index(drop=True),
         line=number[keep],
         non_utf8=bad[keep],
+        nul=nul[keep],
         unterminated=unterminated[keep],
         header=header,
     )
@@ -156,7 +160,11 @@ def split_fields(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame
     ends = np.r_[np.flatnonzero(raw == 10), len(raw)]  # where each line ends
     before = np.searchsorted(np.flatnonzero(raw == ord(sep)), ends)  # separators before it
     count = np.diff(np.r_[0, before]) + 1
-    if count.max() <= n_fields and not (raw == 13).any() and sep != "\n":
+    text, trimmed = _trim_blank_surplus(text, count, sep, n_fields)
+    # a CR or NUL byte would shift or cut fields in the C parser, and trimmed lines differ from
+    # the joined text: those files take str.split
+    fast = not trimmed and count.max() <= n_fields and sep != "\n"
+    if fast and not ((raw == 13) | (raw == 0)).any():
         fields = pd.read_csv(
             io.StringIO(joined),
             sep=sep,
@@ -175,6 +183,25 @@ def split_fields(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame
         if col not in fields.columns:
             fields[col] = None
     return fields[list(range(n_fields))], count
+
+
+def _trim_blank_surplus(text: pd.Series, count: np.ndarray, sep: str,
+                        n_fields: int) -> tuple[pd.Series, bool]:
+    """Lines with more fields than the header whose surplus fields are all blank (a
+    spreadsheet's trailing separators, `a,b,c,,`) are read as their first n_fields fields
+    (`count` is lowered in place); a surplus with any content still makes the line
+    unparsable. Returns (text, whether any line was trimmed)."""
+    over = np.flatnonzero(count > n_fields)
+    if over.size == 0 or sep == "\n":
+        return text, False
+    parts = text.iloc[over].str.split(sep, n=n_fields)
+    blank = (parts.str[n_fields].str.strip(sep + " \t") == "").to_numpy(dtype=bool)
+    if not blank.any():
+        return text, False
+    text = text.copy()
+    text.iloc[over[blank]] = parts[blank].str[:n_fields].str.join(sep).to_numpy(dtype=object)
+    count[over[blank]] = n_fields
+    return text, True
 
 
 def parse_float(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -290,12 +317,14 @@ def line_reasons(
 ) -> pd.Series:
     """Each line's quarantine reason (None = accepted), the same rules for every text reader.
 
-    In priority order: non-UTF-8 bytes, too few fields (truncated), too many fields or a field
+    In priority order: non-UTF-8 bytes, a NUL byte, too few fields (truncated), too many fields
+    or a field
     that does not parse (`unparsable`), the coordinate checks, the timestamp checks. A final line
     without its newline that fails a check was most likely cut short: it says truncated.
     """
     checks = [
         (lines.non_utf8, Reason.NON_UTF8.value),
+        (lines.nul, Reason.NUL_BYTE.value),
         (count < n_fields, Reason.TRUNCATED_LINE.value),
         (count > n_fields, Reason.UNPARSABLE_LINE.value),
         (unparsable, Reason.UNPARSABLE_LINE.value),
@@ -303,7 +332,7 @@ def line_reasons(
         *timestamp_checks(ts, window),
     ]
     reason = first_reason(len(count), checks)
-    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8
+    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.nul
     reason[cut] = Reason.TRUNCATED_LINE.value
     return reason
 

@@ -51,7 +51,8 @@ class TableSpec:
 
 
 def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, int], int]:
-    """Map each role of `spec` to its column index; InputDataError naming what is missing."""
+    """Map each role of `spec` to its column index; InputDataError naming what is missing.
+    Returns (roles, number of header columns)."""
     names = [normalise_name(n) for n in header.split(spec.sep)]
     found: dict[str, int] = {}
     for role in (*spec.required, *spec.optional):
@@ -96,6 +97,9 @@ def parse_delimited(
     head = header if header is not None else (lines.header[0] if lines.header else "")
     roles, n_cols = resolve_header(head, spec, path)
     fields, count = split_fields(lines.text, spec.sep, n_cols)
+    # Unnamed trailing header columns (a spreadsheet's `a,b,c,`) may be absent from a line.
+    named = len(head.rstrip(f"{spec.sep} \t").split(spec.sep))
+    count = np.where((count >= named) & (count < n_cols), n_cols, count)
 
     def col(role: str, strip: bool = False) -> pd.Series:
         if role not in roles:
