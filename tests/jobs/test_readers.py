@@ -327,3 +327,21 @@ def test_an_unnamed_trailing_column_with_values_is_still_read():
     content = b"user,start,end,lat,lon,\n1,2014-06-01 08:00:00,,31.2,121.4,x\n1,2014-06-01,,31.2\n"
     parsed = telecom.parse_csv(content, "export.csv", Window())
     assert parsed["reason"].tolist() == [None, "truncated_line"]
+
+
+def test_telecom_records_take_the_configured_timestamp_unit():
+    """Measured defect: `ingest.ts_unit: seconds` was ignored for `source: telecom` (every
+    epoch-seconds record quarantined `unparsable_timestamp`)."""
+    content = b"user,start,end,lat,lon\n1,1401610000,1401610300,31.2,121.4\n"
+    opts = ReaderOptions(source="telecom", ts_unit="seconds",
+                         time_origin=dt.datetime(1970, 1, 1))
+    from jobs.ingest.readers.pipeline import parse_file
+
+    parsed = parse_file(content, "epoch.csv", opts)
+    assert parsed["reason"].tolist() == [None]
+    assert parsed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:06:40")
+    assert parsed["end_ts"].iloc[0] == pd.Timestamp("2014-06-01 08:11:40")
+    frame = pd.DataFrame({"user": ["1"], "start": [1401610000], "lat": [31.2], "lon": [121.4]})
+    typed = telecom.parse_frame(frame, "epoch.parquet", Window(), ts_unit="seconds",
+                                ts_origin=dt.datetime(1970, 1, 1))
+    assert typed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:06:40")

@@ -197,3 +197,23 @@ def test_fill_slots_matches_pandas_ffill_bfill():
 def test_duplicates_are_same_user_time_and_location():
     frame = pts([(1, 0, 1), (1, 0, 1), (1, 0, 2), (2, 0, 1)])
     assert shaping.mark_duplicates(frame).tolist() == [False, True, False, False]
+
+
+def test_a_duplicate_that_ends_later_still_extends_the_stay():
+    """Measured defect: duplicates were found on (user, start, location) only and the kept
+    record's end was kept, so a later end of a duplicate was lost (median 8 min, max 180)."""
+    from jobs.ingest.readers.common import Window
+    from jobs.ingest.readers.pipeline import ReaderOptions, finish_bucket
+    from jobs.ingest.readers import telecom
+
+    content = (b"user,start,end,lat,lon,loc_id\n"
+               b"1,2014-06-01 08:00:00,2014-06-01 08:05:00,31.2,121.4,10\n"
+               b"1,2014-06-01 08:00:00,2014-06-01 11:30:00,31.2,121.4,10\n"
+               b"1,2014-06-01 14:00:00,,31.3,121.5,11\n")
+    parsed = telecom.parse_csv(content, "dup.csv", Window()).assign(
+        loc_id=lambda f: f["given_loc"].astype(int))
+    out = finish_bucket(parsed, ReaderOptions(source="telecom", gap_hours=3))
+    assert out.quarantined["reason"].tolist() == ["duplicate"]
+    # kept end 11:30 (the duplicate's): 14:00 is 2.5 h later, the same trajectory; with the
+    # kept record's own end (08:05) it would be 5.9 h, a new trajectory
+    assert [list(x) for x in out.trajectories["loc_ids"]] == [[10, 11]]

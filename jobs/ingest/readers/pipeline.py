@@ -62,7 +62,8 @@ def parse_file(
             header=header,
         )
     if opts.source == "telecom":
-        return telecom.parse_csv(content, path, opts.window, header=header)
+        return telecom.parse_csv(content, path, opts.window, header=header,
+                                 ts_unit=opts.ts_unit, ts_origin=opts.time_origin)
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 
 
@@ -94,6 +95,8 @@ def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
     ok = pd.isna(reason)
     dup = np.zeros(len(rows), dtype=bool)
     dup[ok] = shaping.mark_duplicates(work[ok])
+    if "end_ts" in work.columns and ok.any():  # the kept duplicate ends when the last one does
+        work.loc[ok, "end_ts"] = shaping.latest_ends(work[ok]).to_numpy()
     reason[dup] = Reason.DUPLICATE.value
     accepted = pd.isna(reason)
     points = shaping.with_dates(work[accepted])

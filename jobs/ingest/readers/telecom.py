@@ -9,6 +9,9 @@ present, is the given location id. No pyspark.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+
 import numpy as np
 import pandas as pd
 
@@ -21,14 +24,26 @@ from jobs.ingest.readers.common import (
     parsed_frame,
     timestamp_checks,
 )
-from jobs.ingest.readers.delimited import ROLE_NAMES, TableSpec, parse_delimited
+from jobs.ingest.readers.delimited import (
+    ROLE_NAMES,
+    TableSpec,
+    parse_delimited,
+    parse_timestamps,
+)
 
 SPEC = TableSpec(name="telecom", required=("user", "ts", "lat", "lon"), optional=("end", "loc"))
 
 
-def parse_csv(content: bytes, path: str, window: Window, header: str | None = None) -> pd.DataFrame:
+def spec(ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> TableSpec:
+    """SPEC with the configured timestamp unit (`ingest.ts_unit`, `ingest.time_origin`)."""
+    return dataclasses.replace(SPEC, ts_unit=ts_unit, ts_origin=ts_origin)
+
+
+def parse_csv(content: bytes, path: str, window: Window, header: str | None = None, *,
+              ts_unit: str = "datetime",
+              ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> pd.DataFrame:
     """One CSV file of records -> parsed frame."""
-    return parse_delimited(content, path, SPEC, window, header=header)
+    return parse_delimited(content, path, spec(ts_unit, ts_origin), window, header=header)
 
 
 def _role_columns(columns: list[str]) -> dict[str, str]:
@@ -58,8 +73,11 @@ def _record_text(batch: pd.DataFrame) -> pd.Series:
     return text.astype(object)
 
 
-def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int = 1) -> pd.DataFrame:
-    """Typed records (a Parquet batch) -> parsed frame; `line` is the row number in the input."""
+def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int = 1, *,
+                ts_unit: str = "datetime",
+                ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> pd.DataFrame:
+    """Typed records (a Parquet batch) -> parsed frame; `line` is the row number in the input.
+    Numeric start/end columns count `ts_unit` from `ts_origin` (as in the CSV reader)."""
     roles = _role_columns(list(batch.columns))
     n = len(batch)
     record = _record_text(batch)
@@ -69,6 +87,8 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
 
     def stamps(role: str) -> pd.Series:
         col = batch[roles[role]]
+        if ts_unit != "datetime":
+            return parse_timestamps(col.astype("string"), spec(ts_unit, ts_origin))[0]
         if pd.api.types.is_datetime64_any_dtype(col):
             return col.dt.tz_localize(None) if col.dt.tz is not None else col
         return pd.to_datetime(col.astype(str), format="ISO8601", errors="coerce")
