@@ -202,9 +202,9 @@ def test_duplicates_are_same_user_time_and_location():
 def test_a_duplicate_that_ends_later_still_extends_the_stay():
     """Measured defect: duplicates were found on (user, start, location) only and the kept
     record's end was kept, so a later end of a duplicate was lost (median 8 min, max 180)."""
+    from jobs.ingest.readers import telecom
     from jobs.ingest.readers.common import Window
     from jobs.ingest.readers.pipeline import ReaderOptions, finish_bucket
-    from jobs.ingest.readers import telecom
 
     content = (b"user,start,end,lat,lon,loc_id\n"
                b"1,2014-06-01 08:00:00,2014-06-01 08:05:00,31.2,121.4,10\n"
