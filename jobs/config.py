@@ -169,6 +169,7 @@ class IngestConfig(_Section):
     segment: Literal["day", "gap", "none"] = "day"
     gap_hours: float = Field(3.0, gt=0, le=24 * 366 * 10)
     ts_unit: Literal["datetime", "minutes", "seconds"] = "datetime"
+    utc_offsets: Literal["local", "utc"] = "local"  # `+08:00`: keep the wall time, or to UTC
     time_origin: dt.datetime = dt.datetime(2000, 1, 1)
     order: Literal["time", "file"] = "time"
     grid_deg: float = Field(0.01, gt=0, le=10)

@@ -122,7 +122,8 @@ def parsed_rows(
                 batch = from_arrow(pa.Table.from_batches([rb]))
                 parsed = telecom.parse_frame(batch.drop(columns=["_file", "_row"]), "",
                                              opts.window, ts_unit=opts.ts_unit,
-                                             ts_origin=opts.time_origin)
+                                             ts_origin=opts.time_origin,
+                                             utc_offsets=opts.utc_offsets)
                 parsed["line"] = batch["_row"].to_numpy() + 1
                 mapped = _with_locations(parsed, locations, opts.max_distance_km)
                 files = batch["_file"].map(_local).to_numpy(dtype=object)

@@ -345,3 +345,17 @@ def test_telecom_records_take_the_configured_timestamp_unit():
     typed = telecom.parse_frame(frame, "epoch.parquet", Window(), ts_unit="seconds",
                                 ts_origin=dt.datetime(1970, 1, 1))
     assert typed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:06:40")
+
+
+@pytest.mark.parametrize("offsets, want", [("local", ["2014-06-01 23:30:00"] * 2),
+                                            ("utc", ["2014-06-01 15:30:00",
+                                                     "2014-06-01 23:30:00"])])
+def test_utc_offsets_keep_the_written_day_or_convert_when_asked(offsets, want):
+    """Measured defects: `23:30+08:00` was silently stored as 15:30 UTC; a file mixing `+08:00`
+    and `Z` crashed the job."""
+    content = (b"User ID,Latitude,Longitude,Timestamp,Location ID\n"
+               b"1,41.8,-87.6,2014-06-01T23:30:00+08:00,5\n"
+               b"1,41.8,-87.6,2014-06-01T23:30:00Z,5\n")
+    parsed = checkins.parse_csv(content, "tz.csv", Window(), utc_offsets=offsets)
+    assert parsed["reason"].tolist() == [None, None]
+    assert parsed["ts"].astype(str).tolist() == want

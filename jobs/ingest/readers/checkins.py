@@ -16,13 +16,15 @@ from jobs.ingest.readers.common import Window
 from jobs.ingest.readers.delimited import TableSpec, parse_delimited
 
 
-def spec(ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> TableSpec:
+def spec(ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1),
+         utc_offsets: str = "local") -> TableSpec:
     return TableSpec(
         name="checkins",
         required=("user", "ts", "lat", "lon"),
         optional=("loc",),
         ts_unit=ts_unit,
         ts_origin=ts_origin,
+        utc_offsets=utc_offsets,
     )
 
 
@@ -34,6 +36,8 @@ def parse_csv(
     ts_unit: str = "datetime",
     ts_origin: dt.datetime = dt.datetime(2000, 1, 1),
     header: str | None = None,
+    utc_offsets: str = "local",
 ) -> pd.DataFrame:
     """One check-in CSV file -> parsed frame."""
-    return parse_delimited(content, path, spec(ts_unit, ts_origin), window, header=header)
+    return parse_delimited(content, path, spec(ts_unit, ts_origin, utc_offsets), window,
+                           header=header)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import warnings
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -216,9 +217,53 @@ def parse_float(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return values, garbage
 
 
-def parse_datetime(text: pd.Series) -> pd.Series:
-    """ISO-8601-like timestamps ('2014-06-01 08:10:00', '...T...'); NaT where unparsable."""
+_OFFSET = r"^(.*\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)\s*(Z|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def parse_datetime(text: pd.Series, offsets: str = "local") -> pd.Series:
+    """ISO-8601-like timestamps ('2014-06-01 08:10:00', '...T...'); NaT where unparsable.
+
+    A UTC offset (`+08:00`, `Z`) is dropped with `offsets="local"` (the wall time as written:
+    a record's day is its local calendar day) or applied with `offsets="utc"` (the UTC time);
+    files may mix offsets either way. Naive timestamps are read as written.
+    """
+    if offsets not in ("local", "utc"):
+        raise ValueError(f"offsets must be 'local' or 'utc', got {offsets!r}")
     text = text.fillna("").astype(object)
+    try:  # fast path: one vectorised parse (naive, or one offset throughout the file)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # pandas' "mixed time zones"
+            ts = _iso(text)
+        if ts.dtype == object:
+            raise TypeError("mixed offsets")
+        if getattr(ts.dt, "tz", None) is not None:
+            wall = ts.dt.tz_localize(None) if offsets == "local" else (
+                ts.dt.tz_convert("UTC").dt.tz_localize(None))
+            return wall.astype("datetime64[ns]")
+        failed = (ts.isna() & (text != "")).to_numpy()
+        if not failed.any():
+            return ts
+    except (ValueError, TypeError, FutureWarning):  # offsets mixed (or with naive text)
+        ts = pd.Series(pd.NaT, index=text.index, dtype="datetime64[ns]")
+        failed = np.ones(len(text), dtype=bool)
+    # the rest, one by one kind: an offset is cut off (local) or applied (utc)
+    rest = text[failed].astype(str)
+    parts = rest.str.extract(_OFFSET)
+    has = parts[1].notna()
+    if (~has).any():  # no offset: naive text (NaT again where it failed the fast path)
+        ts.loc[rest.index[~has.to_numpy()]] = _iso(rest[~has]).to_numpy()
+    if has.any():
+        idx = rest.index[has.to_numpy()]
+        if offsets == "local":
+            ts.loc[idx] = _iso(parts.loc[has, 0]).to_numpy()
+        else:
+            utc = pd.to_datetime(rest[has].str.strip(), format="ISO8601", errors="coerce",
+                                 utc=True)
+            ts.loc[idx] = utc.dt.tz_localize(None).to_numpy()
+    return ts
+
+
+def _iso(text: pd.Series) -> pd.Series:
     ts = pd.Series(pd.to_datetime(text, format="ISO8601", errors="coerce"), index=text.index)
     retry = ts.isna() & (text != "")
     if retry.any():  # surrounding blanks are allowed; only the few failures pay for strip()

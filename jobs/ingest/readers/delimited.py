@@ -48,6 +48,7 @@ class TableSpec:
     sep: str = ","
     ts_unit: str = "datetime"  # "datetime" (ISO text) | "minutes" | "seconds" after ts_origin
     ts_origin: dt.datetime = dt.datetime(2000, 1, 1)
+    utc_offsets: str = "local"  # ISO text with an offset: wall time as written, or "utc"
 
 
 def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, int], int]:
@@ -73,7 +74,7 @@ def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, i
 def parse_timestamps(text: pd.Series, spec: TableSpec) -> tuple[pd.Series, np.ndarray]:
     """(timestamps, garbage): numeric units count from ts_origin; NaT where unparsable."""
     if spec.ts_unit == "datetime":
-        ts = parse_datetime(text)
+        ts = parse_datetime(text, spec.utc_offsets)
         return ts, np.zeros(len(text), dtype=bool)
     values, _ = parse_float(text)
     finite = np.isfinite(values)

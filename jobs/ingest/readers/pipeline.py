@@ -42,6 +42,7 @@ class ReaderOptions:
     order: str = "time"
     segment: str = "day"
     min_len: int = 1
+    utc_offsets: str = "local"
 
 
 def parse_file(
@@ -60,10 +61,12 @@ def parse_file(
             ts_unit=opts.ts_unit,
             ts_origin=opts.time_origin,
             header=header,
+            utc_offsets=opts.utc_offsets,
         )
     if opts.source == "telecom":
         return telecom.parse_csv(content, path, opts.window, header=header,
-                                 ts_unit=opts.ts_unit, ts_origin=opts.time_origin)
+                                 ts_unit=opts.ts_unit, ts_origin=opts.time_origin,
+                                 utc_offsets=opts.utc_offsets)
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 
 

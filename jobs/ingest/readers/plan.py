@@ -47,6 +47,7 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         order=icfg.order,
         segment=icfg.segment,
         min_len=icfg.min_len,
+        utc_offsets=icfg.utc_offsets,
     )
 
 

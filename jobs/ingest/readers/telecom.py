@@ -21,6 +21,7 @@ from jobs.ingest.readers.common import (
     coordinate_checks,
     first_reason,
     normalise_name,
+    parse_datetime,
     parsed_frame,
     timestamp_checks,
 )
@@ -34,16 +35,19 @@ from jobs.ingest.readers.delimited import (
 SPEC = TableSpec(name="telecom", required=("user", "ts", "lat", "lon"), optional=("end", "loc"))
 
 
-def spec(ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> TableSpec:
-    """SPEC with the configured timestamp unit (`ingest.ts_unit`, `ingest.time_origin`)."""
-    return dataclasses.replace(SPEC, ts_unit=ts_unit, ts_origin=ts_origin)
+def spec(ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1),
+         utc_offsets: str = "local") -> TableSpec:
+    """SPEC with the configured timestamps (`ingest.ts_unit`, `time_origin`, `utc_offsets`)."""
+    return dataclasses.replace(SPEC, ts_unit=ts_unit, ts_origin=ts_origin,
+                               utc_offsets=utc_offsets)
 
 
 def parse_csv(content: bytes, path: str, window: Window, header: str | None = None, *,
-              ts_unit: str = "datetime",
-              ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> pd.DataFrame:
+              ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1),
+              utc_offsets: str = "local") -> pd.DataFrame:
     """One CSV file of records -> parsed frame."""
-    return parse_delimited(content, path, spec(ts_unit, ts_origin), window, header=header)
+    return parse_delimited(content, path, spec(ts_unit, ts_origin, utc_offsets), window,
+                           header=header)
 
 
 def _role_columns(columns: list[str]) -> dict[str, str]:
@@ -74,8 +78,8 @@ def _record_text(batch: pd.DataFrame) -> pd.Series:
 
 
 def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int = 1, *,
-                ts_unit: str = "datetime",
-                ts_origin: dt.datetime = dt.datetime(2000, 1, 1)) -> pd.DataFrame:
+                ts_unit: str = "datetime", ts_origin: dt.datetime = dt.datetime(2000, 1, 1),
+                utc_offsets: str = "local") -> pd.DataFrame:
     """Typed records (a Parquet batch) -> parsed frame; `line` is the row number in the input.
     Numeric start/end columns count `ts_unit` from `ts_origin` (as in the CSV reader)."""
     roles = _role_columns(list(batch.columns))
@@ -90,8 +94,12 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
         if ts_unit != "datetime":
             return parse_timestamps(col.astype("string"), spec(ts_unit, ts_origin))[0]
         if pd.api.types.is_datetime64_any_dtype(col):
-            return col.dt.tz_localize(None) if col.dt.tz is not None else col
-        return pd.to_datetime(col.astype(str), format="ISO8601", errors="coerce")
+            if col.dt.tz is None:
+                return col
+            if utc_offsets == "utc":
+                col = col.dt.tz_convert("UTC")
+            return col.dt.tz_localize(None)
+        return parse_datetime(col.astype("string"), utc_offsets)
 
     lat, lon = numeric("lat"), numeric("lon")
     ts = stamps("ts").reset_index(drop=True)
