@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import re
 import secrets
 import sys
 import time
@@ -79,15 +80,36 @@ def configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+MESSAGE_LIMIT = 800  # characters of a failure line (a CR-only file made a 3.8 M-char one)
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b(:.*)?$")
+
+
 def describe_failure(exc: BaseException) -> str:
-    """One readable line for an unexpected failure, Java errors included."""
-    if isinstance(exc, TrajprivError):
-        return str(exc)
+    """One readable line for an unexpected failure, its cause first, at most MESSAGE_LIMIT
+    characters. Spark wraps the real error: a Python worker's exception is the last
+    `SomethingError: ...` line of the worker traceback inside the PythonException, a JVM one
+    the deepest `Caused by:` (both used to be lost behind the wrapper's first line)."""
+    if isinstance(exc, TrajprivError):  # our own message: kept as written, only bounded
+        text = str(exc)
+        return text if len(text) <= 4 * MESSAGE_LIMIT else text[: 4 * MESSAGE_LIMIT - 1] + "…"
     name = type(exc).__name__
-    text = str(exc).strip()
-    # Spark's Python-side exceptions carry the useful line first; drop JVM stack frames.
-    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("\tat ")), "")
-    return f"{name}: {first[:800]}"
+    lines = [ln.strip() for ln in str(exc).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("at ")]  # JVM stack frames
+    cause = ""
+    if any(ln.startswith("Traceback (most recent call last)") for ln in lines):
+        cause = next((ln for ln in reversed(lines) if _EXC_LINE.match(ln)), "")
+    if not cause:
+        caused = [ln for ln in lines if ln.startswith("Caused by:")]
+        cause = caused[-1].removeprefix("Caused by:").strip() if caused else ""
+    first = lines[0] if lines else ""
+    if cause and cause != first:
+        return _clip(f"{name}: {cause} (in: {first[:120]})")
+    return _clip(f"{name}: {first}")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())  # one line, whatever the message held
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
 def execute(
