@@ -63,6 +63,15 @@ GIVEN_DDL = PARSED_DDL + ", given_loc string"  # parsed rows that still carry th
 GIVEN_ARROW = PARSED_ARROW.append(pa.field("given_loc", pa.string()))
 
 
+_GLOB_CHARS = "\\*?[]{}"
+
+
+def literal_paths(files: list[str]) -> list[str]:
+    """The planned files as Hadoop path patterns matching only themselves: Spark expands
+    `*?[]{}` in a path, so `day[1].csv` named no file (PATH_NOT_FOUND) until escaped."""
+    return ["".join(f"\\{c}" if c in _GLOB_CHARS else c for c in f) for f in files]
+
+
 def _local(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
@@ -73,7 +82,8 @@ def source_paths(spark, plan: InputPlan) -> list[str]:
     Numbering in path order keeps every "input order" (source, then line) the same as by path.
     Only the file listing is read here, not the contents.
     """
-    rows = spark.read.format("binaryFile").load(plan.files).select("path").collect()
+    rows = (spark.read.format("binaryFile").load(literal_paths(plan.files)).select("path")
+            .collect())
     return sorted({_local(r["path"]) for r in rows})
 
 
@@ -107,7 +117,7 @@ def parsed_rows(
         return np.asarray([number_of[p] for p in uniques], dtype=np.int64)[codes]
 
     if plan.kind == "parquet":
-        raw = spark.read.parquet(*plan.files)
+        raw = spark.read.parquet(*literal_paths(plan.files))
         missing = telecom.missing_roles(raw.columns)
         if missing:
             raise InputDataError(
@@ -131,7 +141,8 @@ def parsed_rows(
 
         return raw.mapInArrow(from_frames, ddl)
 
-    files = spark.read.format("binaryFile").load(plan.files).select("path", "content")
+    files = (spark.read.format("binaryFile").load(literal_paths(plan.files))
+             .select("path", "content"))
 
     def from_files(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:

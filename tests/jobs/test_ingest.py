@@ -207,6 +207,20 @@ def test_checkins_the_papers_way_gap_segments_min_len_and_dense_ids(spark, spark
     assert traj["n"].tolist() == [2, 2]
 
 
+def test_file_names_with_glob_characters_are_read_as_named(spark, spark_config, tmp_path):
+    """Measured defect: Spark read `day[1].csv` as a glob pattern (PATH_NOT_FOUND for a file
+    that exists)."""
+    folder = tmp_path / "export{a}"
+    folder.mkdir()
+    (tmp_path / "stations.csv").write_text(STATIONS)
+    (folder / "day[1].csv").write_text(HEADER + "1,2014-06-01 08:00:00,,31.2001,121.4001,10\n")
+    (folder / "day*2.csv").write_text(HEADER + "2,2014-06-01 09:00:00,,31.2301,121.4702,11\n")
+    cfg = _cfg(spark_config, "glob_t", path=folder, locations_path=tmp_path / "stations.csv",
+               buckets=2)
+    figures = _run(spark, cfg)
+    assert figures["files"] == 2 and figures["records_accepted"] == 2
+
+
 def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_path):
     with pytest.raises(InputDataError, match="does not exist"):
         _run(spark, _cfg(spark_config, "bad1", source="plt", path=tmp_path / "nowhere"))
