@@ -359,3 +359,27 @@ def test_utc_offsets_keep_the_written_day_or_convert_when_asked(offsets, want):
     parsed = checkins.parse_csv(content, "tz.csv", Window(), utc_offsets=offsets)
     assert parsed["reason"].tolist() == [None, None]
     assert parsed["ts"].astype(str).tolist() == want
+
+
+def test_a_huge_garbage_line_is_quarantined_bounded():
+    """Measured defect: a 100 MB garbage line was stored whole in quarantine.record."""
+    from jobs.ingest.readers.common import RECORD_LIMIT
+
+    junk = "x" * 3_000_000
+    content = f"user,start,end,lat,lon\n{junk}\n".encode()
+    parsed = telecom.parse_csv(content, "junk.csv", Window())
+    assert parsed["reason"].tolist() == ["truncated_line"]
+    record = parsed["record"].iloc[0]
+    assert len(record) < RECORD_LIMIT + 40 and record.endswith("(3,000,000 characters in all)")
+
+
+def test_a_cut_gzip_file_is_refused_naming_the_file():
+    """Measured defect: a truncated .csv.gz crashed the job with the cause lost."""
+    import gzip
+
+    from jobs.ingest.readers.pipeline import parse_file
+    from udfs.errors import InputDataError
+
+    whole = gzip.compress(b"user,start,end,lat,lon\n1,2014-06-01 08:00:00,,31.2,121.4\n" * 50)
+    with pytest.raises(InputDataError, match=r"cut\.csv\.gz: not a whole gzip file"):
+        parse_file(whole[: len(whole) // 2], "cut.csv.gz", ReaderOptions(source="telecom"))

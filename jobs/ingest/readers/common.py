@@ -273,6 +273,22 @@ def _iso(text: pd.Series) -> pd.Series:
     return ts
 
 
+RECORD_LIMIT = 2000  # characters of a record kept in quarantine.record (a line may be 100 MB)
+
+
+def bounded_records(record: pd.Series) -> pd.Series:
+    """Records as quarantine shows them: longer ones cut to RECORD_LIMIT characters, with the
+    length they had (so a garbage line of 100 MB is not stored whole)."""
+    lengths = record.str.len().fillna(0).to_numpy()
+    long = lengths > RECORD_LIMIT
+    if not long.any():
+        return record
+    out = record.copy()
+    cut = record[long].str[:RECORD_LIMIT]
+    out[long] = cut + [f"… ({int(n):,} characters in all)" for n in lengths[long]]
+    return out
+
+
 def parsed_frame(
     *,
     source: str,
@@ -293,7 +309,8 @@ def parsed_frame(
         {
             "source": pd.Series([source] * n, index=idx, dtype=object),
             "line": pd.Series(np.asarray(line, dtype=np.int64), index=idx),
-            "record": pd.Series(record.to_numpy(dtype=object), index=idx),
+            "record": pd.Series(bounded_records(record.reset_index(drop=True))
+                                .to_numpy(dtype=object), index=idx),
             "user_id": pd.Series(user_id.to_numpy(dtype=object), index=idx),
             "ts": pd.Series(_micros(ts), index=idx),
             "end_ts": pd.Series(

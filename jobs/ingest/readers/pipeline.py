@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, m
 from jobs.ingest.readers import checkins, plt, telecom
 from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.ingest.readers.common import Reason, Window
+from udfs.errors import InputDataError
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,13 @@ def parse_file(
 ) -> pd.DataFrame:
     """One input file's bytes -> parsed frame (gzip-compressed files are unpacked first)."""
     if path.endswith(".gz"):
-        content = gzip.decompress(content)
+        try:
+            content = gzip.decompress(content)
+        except (EOFError, OSError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise InputDataError(
+                f"{path}: not a whole gzip file ({exc}): it was cut short or is corrupt, so "
+                "its records cannot all be read; copy or export it again"
+            ) from None
     if opts.source == "plt":
         return plt.parse_plt(content, path, opts.window)
     if opts.source == "checkins":
