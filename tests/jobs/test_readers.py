@@ -117,8 +117,9 @@ def telecom_lines() -> list[tuple[str, str | None]]:
         ("2,2014-06-01 10:00:00,,31.2,121.4,10,surplus", "unparsable_line"),
         ("2,2014-06-01 10:00:00,,31.2,121.4,\udcff", "non_utf8"),  # a lone 0xFF byte
         # measured defect: the C parser cut 31.24\x006946 to 31.24 (700 m off) and u\x00bad to u
-        ("1,2014-06-01 11:00:00,,31.24\x006946,121.47,", "nul_byte"),
-        ("u\x00bad,2014-06-01 11:00:00,,31.2301,121.4702,", "nul_byte"),
+        ("1,2014-06-01 11:00:00,,31.24\x006946,121.47,", "control_character"),
+        ("u\x00bad,2014-06-01 11:00:00,,31.2301,121.4702,", "control_character"),
+        ("u\x1bbad,2014-06-01 11:00:00,,31.2301,121.4702,", "control_character"),
     ]
 
 

@@ -214,6 +214,7 @@ def test_a_duplicate_that_ends_later_still_extends_the_stay():
         loc_id=lambda f: f["given_loc"].astype(int))
     out = finish_bucket(parsed, ReaderOptions(source="telecom", gap_hours=3))
     assert out.quarantined["reason"].tolist() == ["duplicate"]
+    assert out.quarantined["line"].tolist() == [2]  # the shorter stay (line 2) is the duplicate
     # kept end 11:30 (the duplicate's): 14:00 is 2.5 h later, the same trajectory; with the
     # kept record's own end (08:05) it would be 5.9 h, a new trajectory
     assert [list(x) for x in out.trajectories["loc_ids"]] == [[10, 11]]

@@ -28,7 +28,9 @@ class Reason(StrEnum):
     UNPARSABLE_LINE = "unparsable_line"
     TRUNCATED_LINE = "truncated_line"
     NON_UTF8 = "non_utf8"
-    NUL_BYTE = "nul_byte"  # a NUL (0x00) byte in the line: a field would be cut at it
+    # a control character (C0 other than tab, or DEL) in the line: a NUL cut fields in the C
+    # parser (31.24\x006946 read as 31.24), others are never part of a valid record
+    CONTROL_CHARACTER = "control_character"
     MISSING_COORDINATE = "missing_coordinate"  # empty, NaN or infinite latitude/longitude
     COORDINATE_OUT_OF_RANGE = "coordinate_out_of_range"  # |lat| > 90 or |lon| > 180
     NULL_ISLAND = "null_island"  # exactly (0, 0): a GPS fix that never happened
@@ -97,9 +99,12 @@ class Lines:
     text: pd.Series  # str
     line: np.ndarray  # int64, 1-based
     non_utf8: np.ndarray  # bool
-    nul: np.ndarray  # bool: the line holds a NUL byte (C parsers end a field there)
+    control: np.ndarray  # bool: the line holds a control character (Reason.CONTROL_CHARACTER)
     unterminated: np.ndarray  # bool: the file's last line without a newline (maybe cut short)
     header: list[str]  # the header lines that were skipped
+
+
+_CONTROL = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # C0 controls but tab, LF and CR; and DEL
 
 
 def split_lines(content: bytes, *, skip: int = 0) -> Lines:
@@ -135,12 +140,15 @@ def split_lines(content: bytes, *, skip: int = 0) -> Lines:
     unterminated = np.zeros(len(lines), dtype=bool)
     if len(lines) and not terminated_last:
         unterminated[-1] = True
-    nul = text_s.str.contains("\x00", regex=False).to_numpy(dtype=bool)
+    control = np.zeros(len(lines), dtype=bool)
+    byte = np.frombuffer(content, dtype=np.uint8)
+    if (((byte < 32) & (byte != 9) & (byte != 10) & (byte != 13)) | (byte == 127)).any():
+        control = text_s.str.contains(_CONTROL, regex=True).to_numpy(dtype=bool)  # rare path
     return Lines(
         text=text_s[keep].reset_index(drop=True),
         line=number[keep],
         non_utf8=bad[keep],
-        nul=nul[keep],
+        control=control[keep],
         unterminated=unterminated[keep],
         header=header,
     )
@@ -379,14 +387,14 @@ def line_reasons(
 ) -> pd.Series:
     """Each line's quarantine reason (None = accepted), the same rules for every text reader.
 
-    In priority order: non-UTF-8 bytes, a NUL byte, too few fields (truncated), too many fields
+    In priority order: non-UTF-8 bytes, a control character, too few fields (truncated), too many fields
     or a field
     that does not parse (`unparsable`), the coordinate checks, the timestamp checks. A final line
     without its newline that fails a check was most likely cut short: it says truncated.
     """
     checks = [
         (lines.non_utf8, Reason.NON_UTF8.value),
-        (lines.nul, Reason.NUL_BYTE.value),
+        (lines.control, Reason.CONTROL_CHARACTER.value),
         (count < n_fields, Reason.TRUNCATED_LINE.value),
         (count > n_fields, Reason.UNPARSABLE_LINE.value),
         (unparsable, Reason.UNPARSABLE_LINE.value),
@@ -394,7 +402,7 @@ def line_reasons(
         *timestamp_checks(ts, window),
     ]
     reason = first_reason(len(count), checks)
-    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.nul
+    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.control
     reason[cut] = Reason.TRUNCATED_LINE.value
     return reason
 

@@ -106,8 +106,6 @@ def finish_bucket(rows: pd.DataFrame, opts: ReaderOptions) -> BucketOutput:
     ok = pd.isna(reason)
     dup = np.zeros(len(rows), dtype=bool)
     dup[ok] = shaping.mark_duplicates(work[ok])
-    if "end_ts" in work.columns and ok.any():  # the kept duplicate ends when the last one does
-        work.loc[ok, "end_ts"] = shaping.latest_ends(work[ok]).to_numpy()
     reason[dup] = Reason.DUPLICATE.value
     accepted = pd.isna(reason)
     points = shaping.with_dates(work[accepted])

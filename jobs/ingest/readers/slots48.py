@@ -81,14 +81,14 @@ def parse_slots(
         n,
         [
             (lines.non_utf8, Reason.NON_UTF8.value),
-            (lines.nul, Reason.NUL_BYTE.value),
+            (lines.control, Reason.CONTROL_CHARACTER.value),
             (count < expected, Reason.TRUNCATED_LINE.value),
             (count > expected, Reason.UNPARSABLE_LINE.value),
             (bad_head | not_int, Reason.UNPARSABLE_LINE.value),
             (unknown, Reason.UNKNOWN_LOCATION.value),
         ],
     )
-    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.nul
+    cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.control
     reason[cut] = Reason.TRUNCATED_LINE.value
     dates = pd.Timestamp(origin) + pd.to_timedelta(np.clip(day_idx, 0, 100_000), unit="D")
     frame = pd.DataFrame(
