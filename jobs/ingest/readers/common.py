@@ -387,9 +387,9 @@ def line_reasons(
 ) -> pd.Series:
     """Each line's quarantine reason (None = accepted), the same rules for every text reader.
 
-    In priority order: non-UTF-8 bytes, a control character, too few fields (truncated), too many fields
-    or a field
-    that does not parse (`unparsable`), the coordinate checks, the timestamp checks. A final line
+    In priority order: non-UTF-8 bytes, a control character, too few fields (truncated), too
+    many fields or a field that does not parse (`unparsable`), the coordinate checks, the
+    timestamp checks. A final line
     without its newline that fails a check was most likely cut short: it says truncated.
     """
     checks = [
