@@ -759,7 +759,156 @@ CASES: list[Case] = [
         raises=ConfigError,
         match=r"'noise'=inf: must be finite",
     ),
+    # --- real exports (issue 19) ------------------------------------------------------------
+    Case(
+        "nul_inside_latitude",
+        "ingest_local (telecom csv)",
+        "a NUL byte inside a latitude (31.24\\x006946)",
+        lambda t: _ingest_csv(t, [b"u1,2014-06-01 11:00:00,,31.24\x006946,121.5,"]),
+        reason="control_character",
+    ),
+    Case(
+        "nul_inside_user",
+        "ingest_local (telecom csv)",
+        "a NUL byte inside a user id (u\\x00bad: merged into user u before)",
+        lambda t: _ingest_csv(t, [b"u\x00bad,2014-06-01 11:00:00,,31.25,121.5,"]),
+        reason="control_character",
+    ),
+    Case(
+        "escape_character",
+        "ingest_local (telecom csv)",
+        "an ESC (0x1b) control character in a record",
+        lambda t: _ingest_csv(t, [b"u1,2014-06-01 11:00:00,,31.25,121.5,\x1b[0m"]),
+        reason="control_character",
+    ),
+    Case(
+        "negative_station_id",
+        "jobs.ingest.locmap.load_locations",
+        "a location file with station id -5",
+        lambda t: load_locations(
+            _write(t / "s.csv", b"loc_id,lat,lon\n1,31.2,121.4\n-5,31.3,121.5\n")),
+        raises=InputDataError,
+        match=r"line 3: location id '-5' is negative",
+    ),
+    Case(
+        "station_id_over_31_bits",
+        "jobs.ingest.locmap.load_locations",
+        "a location file with station id 3000000000",
+        lambda t: load_locations(
+            _write(t / "s.csv", b"loc_id,lat,lon\n1,31.2,121.4\n3000000000,31.3,121.5\n")),
+        raises=InputDataError,
+        match=r"line 3: location id '3000000000' is 2\^31 or more",
+    ),
+    Case(
+        "header_trailing_comma",
+        "ingest_local (telecom csv)",
+        "header `user,start,end,lat,lon,station,` (a spreadsheet's trailing comma)",
+        lambda t: _trailing_comma_header(t),
+        check=lambda res: _all_accepted(res),
+    ),
+    Case(
+        "rows_trailing_comma",
+        "ingest_local (telecom csv)",
+        "every row ends with an extra `,`",
+        lambda t: _ingest_csv(t, [], good=[g + b"," for g in GOOD]),
+        check=lambda res: _all_accepted(res),
+    ),
+    Case(
+        "telecom_epoch_seconds",
+        "ingest_local (telecom csv)",
+        "start/end in epoch seconds with ingest.ts_unit: seconds",
+        lambda t: _epoch_seconds(t),
+        check=lambda res: _all_accepted(res),
+    ),
+    Case(
+        "mixed_utc_offsets",
+        "ingest_local (telecom csv)",
+        "`+08:00` and `Z` timestamps in one file",
+        lambda t: _ingest_csv(t, [], good=[b"u1,2014-06-01T23:30:00+08:00,,31.2,121.4,1",
+                                           b"u1,2014-06-02T01:00:00Z,,31.21,121.41,2"]),
+        check=lambda res: _all_accepted(res),
+    ),
+    Case(
+        "duplicate_longer_stay",
+        "ingest_local (telecom csv)",
+        "the same start and station twice, the second ending 3 h later",
+        lambda t: _ingest_csv(
+            t, [b"u1,2014-06-01 08:00:00,2014-06-01 11:00:00,31.2000,121.4000,1"]),
+        reason="duplicate",
+    ),
+    Case(
+        "yaml_section_twice",
+        "jobs.config.load_config",
+        "two `ingest:` sections in one YAML file",
+        lambda t: _load_config_text(t, b"ingest:\n  max_len: 5\ningest:\n  gap_hours: 2\n"),
+        raises=ConfigError,
+        match=r"key 'ingest' appears twice \(lines 1 and 3\)",
+    ),
+    Case(
+        "gap_hours_1e300",
+        "jobs.config.load_config",
+        "ingest.gap_hours = 1e300 (an OverflowError inside ingest before)",
+        _set("ingest.gap_hours=1e300"),
+        raises=ConfigError,
+        match=r"ingest\.gap_hours: Input should be less than or equal to 87840",
+    ),
+    Case(
+        "max_len_1e30",
+        "jobs.config.load_config",
+        "ingest.max_len = 1e30",
+        _set("ingest.max_len=1e30"),
+        raises=ConfigError,
+        match=r"ingest\.max_len",
+    ),
+    Case(
+        "huge_garbage_line",
+        "ingest_local (telecom csv)",
+        "a 3,000,000-character garbage line (stored whole in quarantine before)",
+        lambda t: _ingest_csv(t, [b"x" * 3_000_000]),
+        reason="truncated_line",
+    ),
+    Case(
+        "gzip_cut_short",
+        "jobs.ingest.readers.pipeline.parse_file",
+        "a .csv.gz file cut in half",
+        lambda t: _cut_gzip(t),
+        raises=InputDataError,
+        match=r"not a whole gzip file .* cut short or is corrupt",
+    ),
 ]
+
+
+def _all_accepted(res: Ingested) -> None:
+    assert len(res.tables["quarantine"]) == 0, res.tables["quarantine"]
+    assert len(res.tables["points"]) == res.records
+
+
+def _trailing_comma_header(tmp: Path) -> Ingested:
+    path = tmp / "records.csv"
+    path.write_bytes(HEADER.rstrip(b"\n") + b",\n" + b"\n".join(GOOD) + b"\n")
+    tables, _ = ingest_local([path], ReaderOptions(source="telecom"), STATIONS)
+    return Ingested(tables, len(GOOD), len(GOOD))
+
+
+def _epoch_seconds(tmp: Path) -> Ingested:
+    import datetime as dt
+
+    path = tmp / "records.csv"
+    path.write_bytes(HEADER + b"u1,1401609600,1401610800,31.2,121.4,1\n"
+                              b"u1,1401613200,,31.21,121.41,2\n")
+    opts = ReaderOptions(source="telecom", ts_unit="seconds", time_origin=dt.datetime(1970, 1, 1))
+    tables, _ = ingest_local([path], opts, STATIONS)
+    return Ingested(tables, 2, 2)
+
+
+def _cut_gzip(tmp: Path):
+    import gzip
+
+    from jobs.ingest.readers.pipeline import parse_file
+
+    whole = gzip.compress(HEADER + b"\n".join(GOOD * 20) + b"\n")
+    return parse_file(whole[: len(whole) // 2], str(tmp / "records.csv.gz"),
+                      ReaderOptions(source="telecom"))
 
 
 def outcome(case: Case, tmp: Path) -> str:
