@@ -170,6 +170,12 @@ class IngestConfig(_Section):
     gap_hours: float = Field(3.0, gt=0, le=24 * 366 * 10)
     ts_unit: Literal["datetime", "minutes", "seconds"] = "datetime"
     utc_offsets: Literal["local", "utc"] = "local"  # `+08:00`: keep the wall time, or to UTC
+    # Delimited text layout (telecom and check-in sources): separator, header line or the
+    # column names in file order, text encoding.
+    sep: str = ","
+    header: bool = True
+    columns: list[str] | None = None
+    encoding: str = "utf-8"
     time_origin: dt.datetime = dt.datetime(2000, 1, 1)
     order: Literal["time", "file"] = "time"
     grid_deg: float = Field(0.01, gt=0, le=10)
@@ -184,6 +190,25 @@ class IngestConfig(_Section):
         if not math.isfinite(value):
             raise ValueError(f"must be finite, got {value}")
         return value
+
+    @field_validator("sep")
+    @classmethod
+    def _sep(cls, value: str) -> str:
+        value = {"tab": "\t", "\\t": "\t"}.get(value, value)
+        if len(value) != 1 or value in "\r\n\"'" or value.isalnum():
+            raise ValueError(f"must be one separator character (',', ';', '|', tab), got {value!r}")
+        return value
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            return codecs.lookup(value).name
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r} (e.g. utf-8, utf-16, latin-1, "
+                             "gb18030)") from None
 
     @field_validator("grid_bbox")
     @classmethod
@@ -200,6 +225,10 @@ class IngestConfig(_Section):
             raise ValueError(
                 f"window_end {self.window_end} is before window_start {self.window_start}"
             )
+        if not self.header and not self.columns:
+            raise ValueError("header: false needs columns: the field names in file order")
+        if self.header and self.columns:
+            raise ValueError("columns: is for files without a header line; set header: false")
         if self.min_len > self.max_len:
             raise ValueError(
                 f"min_len {self.min_len} is above max_len {self.max_len}: no piece could be kept"

@@ -112,3 +112,18 @@ def test_a_section_given_twice_is_refused_not_merged_away(tmp_path: Path) -> Non
                     "ingest:\n  gap_hours: 2\n")
     with pytest.raises(ConfigError, match=r"key 'ingest' appears twice \(lines 2 and 6\)"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["ingest.header=false"], r"header: false needs columns"),
+    (["ingest.columns=[user,start,lat,lon]"], r"columns: is for files without a header"),
+    (["ingest.sep=ab"], r"ingest\.sep: .*one separator character"),
+    (["ingest.encoding=klingon"], r"unknown text encoding 'klingon'"),
+])
+def test_reader_layout_settings_are_checked(overrides, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(None, overrides)
+
+
+def test_tab_is_spelled_tab():
+    assert load_config(None, ["ingest.sep=tab"]).ingest.sep == "\t"

@@ -221,6 +221,23 @@ def test_file_names_with_glob_characters_are_read_as_named(spark, spark_config, 
     assert figures["files"] == 2 and figures["records_accepted"] == 2
 
 
+def test_a_tab_separated_header_less_export_ingests_with_config_alone(spark, spark_config,
+                                                                      tmp_path):
+    folder = tmp_path / "cdr"
+    folder.mkdir()
+    (tmp_path / "stations.csv").write_text(STATIONS)
+    (folder / "20140601.txt").write_text("7\t2014-06-01 08:00:00\t121.4001\t31.2001\n"
+                                         "7\t2014-06-01 09:00:00\t121.4702\t31.2301\n")
+    cfg = _cfg(spark_config, "tsv_t", path=folder, locations_path=tmp_path / "stations.csv",
+               sep="tab", header=False, columns=["user", "start", "lon", "lat"], buckets=2)
+    figures = _run(spark, cfg)
+    assert figures["records_read"] == figures["records_accepted"] == 2
+    bad = _cfg(spark_config, "tsv_t", path=folder, locations_path=tmp_path / "stations.csv",
+               sep="tab", header=False, columns=["user", "start", "lon"])
+    with pytest.raises(InputDataError, match=r"\(ingest\.columns\) line 1: header .* lat"):
+        ingest.plan_inputs(bad)
+
+
 def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_path):
     with pytest.raises(InputDataError, match="does not exist"):
         _run(spark, _cfg(spark_config, "bad1", source="plt", path=tmp_path / "nowhere"))

@@ -384,3 +384,35 @@ def test_a_cut_gzip_file_is_refused_naming_the_file():
     whole = gzip.compress(b"user,start,end,lat,lon\n1,2014-06-01 08:00:00,,31.2,121.4\n" * 50)
     with pytest.raises(InputDataError, match=r"cut\.csv\.gz: not a whole gzip file"):
         parse_file(whole[: len(whole) // 2], "cut.csv.gz", ReaderOptions(source="telecom"))
+
+
+def test_a_header_less_tab_separated_export_reads_with_config_alone(tmp_path):
+    """Measured gap: no separator or header-less layout could be expressed (a conversion
+    script was needed); a taxi export's `id,datetime,lon,lat` order is given by `columns`."""
+    path = tmp_path / "cdr.tsv.txt"
+    path.write_text("7\t2014-06-01 08:00:00\t121.4001\t31.2001\n"
+                    "7\t2014-06-01 09:00:00\t121.4702\t31.2301\n")
+    opts = ReaderOptions(source="telecom", sep="\t", header=False,
+                         columns=("user", "start", "lon", "lat"), max_distance_km=0.5)
+    locs = LocationSet(STATIONS.loc_id.to_numpy(), STATIONS.lat.to_numpy(),
+                       STATIONS.lon.to_numpy(), STATIONS.loc_id.astype(str).to_numpy(object))
+    tables, _ = ingest_local([path], opts, locs)
+    assert len(tables["quarantine"]) == 0
+    assert tables["points"].sort_values("ts")["loc_id"].tolist() == [10, 11]
+    from jobs.ingest.readers.pipeline import parse_file
+
+    parsed = parse_file(path.read_bytes(), str(path), opts)
+    assert parsed["line"].tolist() == [1, 2]  # no header line: records from line 1
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1"])
+def test_other_encodings_and_separators(tmp_path, encoding):
+    text = ("User ID;Latitude;Longitude;Timestamp;Location ID\n"
+            "José;41.80;-87.60;2010-09-01 17:25:27;9943\n")
+    with pytest.raises(InputDataError, match="lacks a column"):  # default layout: refused
+        checkins.parse_csv(text.encode(encoding), "c.csv", Window())
+    from jobs.ingest.readers.pipeline import parse_file
+
+    opts = ReaderOptions(source="checkins", sep=";", encoding=encoding)
+    parsed = parse_file(text.encode(encoding), "c.csv", opts)
+    assert parsed["reason"].tolist() == [None] and parsed["user_id"].tolist() == ["José"]

@@ -49,6 +49,22 @@ class TableSpec:
     ts_unit: str = "datetime"  # "datetime" (ISO text) | "minutes" | "seconds" after ts_origin
     ts_origin: dt.datetime = dt.datetime(2000, 1, 1)
     utc_offsets: str = "local"  # ISO text with an offset: wall time as written, or "utc"
+    header: bool = True  # False: no header line; `columns` names the fields in file order
+    columns: tuple[str, ...] = ()
+    encoding: str = "utf-8"
+
+    def header_line(self, first_line: str | None) -> str:
+        """The header the roles are found in: the file's first line, or the given columns."""
+        return (first_line or "") if self.header else self.sep.join(self.columns)
+
+
+def recode(content: bytes, encoding: str) -> bytes:
+    """A file in another encoding as UTF-8 bytes; undecodable bytes pass through unchanged
+    (surrogate escapes), so their lines are quarantined `non_utf8` as in a UTF-8 file."""
+    if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
+        return content
+    return content.decode(encoding, errors="surrogateescape").encode(
+        "utf-8", errors="surrogateescape")
 
 
 def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, int], int]:
@@ -94,8 +110,9 @@ def parse_delimited(
 
     `header`: the file's header line when the caller already checked it (else the first line).
     """
-    lines: Lines = split_lines(content, skip=1)
-    head = header if header is not None else (lines.header[0] if lines.header else "")
+    lines: Lines = split_lines(recode(content, spec.encoding), skip=1 if spec.header else 0)
+    head = spec.header_line(header if header is not None else
+                            (lines.header[0] if lines.header else ""))
     roles, n_cols = resolve_header(head, spec, path)
     fields, count = split_fields(lines.text, spec.sep, n_cols)
     # Unnamed trailing header columns (a spreadsheet's `a,b,c,`) may be absent from a line.
@@ -128,10 +145,3 @@ def parse_delimited(
         reason=reason,
         given_loc=given,
     )
-
-
-def first_line(path: str) -> str:
-    """The first line of a file as text (for header checks in the driver before any Spark work)."""
-    with open(path, "rb") as handle:
-        head = handle.readline()
-    return head.decode("utf-8", errors="backslashreplace").rstrip("\r\n")

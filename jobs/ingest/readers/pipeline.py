@@ -12,6 +12,7 @@ null (points carry no source or line: only quarantined records need to say where
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import gzip
 import zlib
@@ -27,6 +28,7 @@ from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, m
 from jobs.ingest.readers import checkins, plt, telecom
 from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.ingest.readers.common import Reason, Window
+from jobs.ingest.readers.delimited import TableSpec, parse_delimited
 from udfs.errors import InputDataError
 
 
@@ -45,6 +47,19 @@ class ReaderOptions:
     segment: str = "day"
     min_len: int = 1
     utc_offsets: str = "local"
+    sep: str = ","
+    header: bool = True
+    columns: tuple[str, ...] = ()
+    encoding: str = "utf-8"
+
+
+def table_spec(opts: ReaderOptions) -> TableSpec:
+    """The delimited layout and timestamp rules of a telecom or check-in source."""
+    base = telecom.SPEC if opts.source == "telecom" else checkins.spec()
+    return dataclasses.replace(
+        base, sep=opts.sep, header=opts.header, columns=tuple(opts.columns),
+        encoding=opts.encoding, ts_unit=opts.ts_unit, ts_origin=opts.time_origin,
+        utc_offsets=opts.utc_offsets)
 
 
 def parse_file(
@@ -61,20 +76,8 @@ def parse_file(
             ) from None
     if opts.source == "plt":
         return plt.parse_plt(content, path, opts.window)
-    if opts.source == "checkins":
-        return checkins.parse_csv(
-            content,
-            path,
-            opts.window,
-            ts_unit=opts.ts_unit,
-            ts_origin=opts.time_origin,
-            header=header,
-            utc_offsets=opts.utc_offsets,
-        )
-    if opts.source == "telecom":
-        return telecom.parse_csv(content, path, opts.window, header=header,
-                                 ts_unit=opts.ts_unit, ts_origin=opts.time_origin,
-                                 utc_offsets=opts.utc_offsets)
+    if opts.source in ("checkins", "telecom"):
+        return parse_delimited(content, path, table_spec(opts), opts.window, header=header)
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 
 

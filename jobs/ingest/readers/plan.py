@@ -18,7 +18,7 @@ from jobs.config import Config, IngestConfig
 from jobs.ingest.locmap import Grid, Locations, load_locations
 from jobs.ingest.readers import slots48, telecom
 from jobs.ingest.readers.common import Window
-from jobs.ingest.readers.delimited import first_line, resolve_header
+from jobs.ingest.readers.delimited import resolve_header
 from jobs.ingest.readers.pipeline import ReaderOptions
 from udfs.errors import InputDataError
 
@@ -48,6 +48,10 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         segment=icfg.segment,
         min_len=icfg.min_len,
         utc_offsets=icfg.utc_offsets,
+        sep=icfg.sep,
+        header=icfg.header,
+        columns=tuple(icfg.columns or ()),
+        encoding=icfg.encoding,
     )
 
 
@@ -144,20 +148,23 @@ def plan_inputs(cfg: Config) -> InputPlan:
         where=str(path),
     )
     if plan.kind == "text" and icfg.source != "plt":
-        spec = telecom.SPEC if icfg.source == "telecom" else None
-        for f in files:
-            head = _head(f)
-            if spec is None:
-                from jobs.ingest.readers.checkins import spec as checkin_spec
+        from jobs.ingest.readers.pipeline import table_spec
 
-                spec = checkin_spec(icfg.ts_unit, icfg.time_origin)
+        spec = table_spec(opts)
+        if not spec.header:  # the given columns must name every role, whatever the files
+            resolve_header(spec.header_line(None), spec, f"{path} (ingest.columns)")
+        for f in files if spec.header else []:
+            head = _head(f, spec.encoding)
             resolve_header(head, spec, str(f))  # raises naming the file and the missing column
             plan.headers[str(f)] = head
     return plan
 
 
-def _head(path: Path) -> str:
-    if path.name.lower().endswith(".gz"):
-        with gzip.open(path, "rb") as handle:
-            return handle.readline().decode("utf-8", errors="backslashreplace").rstrip("\r\n")
-    return first_line(str(path))
+def _head(path: Path, encoding: str = "utf-8") -> str:
+    """The first line of a file as text (gzip unpacked, decoded from `encoding`)."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        start = handle.read(1 << 16)
+    text = start.decode(encoding, errors="replace") if encoding != "utf-8" else start.decode(
+        "utf-8", errors="backslashreplace")
+    return text.split("\n", 1)[0].lstrip("\ufeff").rstrip("\r")
