@@ -176,6 +176,10 @@ class IngestConfig(_Section):
     header: bool = True
     columns: list[str] | None = None
     encoding: str = "utf-8"
+    # Which files of an input folder are records: `include` globs (default: the source's
+    # suffixes) less `exclude` globs, on the path below `path` or the file name.
+    include: list[str] | None = None
+    exclude: list[str] = Field(default_factory=list)
     time_origin: dt.datetime = dt.datetime(2000, 1, 1)
     order: Literal["time", "file"] = "time"
     grid_deg: float = Field(0.01, gt=0, le=10)

@@ -416,3 +416,23 @@ def test_other_encodings_and_separators(tmp_path, encoding):
     opts = ReaderOptions(source="checkins", sep=";", encoding=encoding)
     parsed = parse_file(text.encode(encoding), "c.csv", opts)
     assert parsed["reason"].tolist() == [None] and parsed["user_id"].tolist() == ["José"]
+
+
+def test_include_and_exclude_pick_the_record_files(tmp_path):
+    """Measured defect: a README.txt beside the data made the whole ingest refuse."""
+    from jobs.config import load_config
+    from jobs.ingest.readers.plan import plan_inputs
+
+    data = tmp_path / "export"
+    (data / "2014").mkdir(parents=True)
+    (data / "2014" / "day1.csv").write_text(
+        "user,start,lat,lon\n1,2014-06-01 08:00:00,31.2,121.4\n")
+    (data / "README.txt").write_text("Exported by the billing system.\n")
+    (tmp_path / "stations.csv").write_text("loc_id,lat,lon\n10,31.2,121.4\n")
+    base = [f"ingest.path={data}", f"ingest.locations_path={tmp_path / 'stations.csv'}"]
+    with pytest.raises(InputDataError, match=r"README\.txt line 1: header"):
+        plan_inputs(load_config(None, base))
+    for extra in (["ingest.exclude=[README*]"], ["ingest.include=['*.csv']"],
+                  ["ingest.include=['2014/*']"]):
+        plan = plan_inputs(load_config(None, base + extra))
+        assert [p.rsplit("/", 1)[-1] for p in plan.files] == ["day1.csv"], extra

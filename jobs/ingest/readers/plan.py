@@ -8,6 +8,7 @@ and why. The job (`jobs.ingest.stage`) only starts once the plan holds. No pyspa
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,17 +71,27 @@ def input_paths(cfg: Config) -> tuple[Path, Path | None]:
     return Path(path), (Path(locs) if locs is not None else None)
 
 
-def _list_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
+def _list_files(path: Path, suffixes: tuple[str, ...], include: list[str] | None = None,
+                exclude: list[str] | None = None) -> list[Path]:
+    """The input files under `path`: hidden and `_` files never; then the `include` globs
+    (default: the source's suffixes) less the `exclude` globs, matched against the file's
+    path relative to `path` and against its name (`README*` drops a README.txt anywhere)."""
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise InputDataError(f"input path {path} does not exist")
+
+    def matches(p: Path, globs: list[str]) -> bool:
+        rel = p.relative_to(path).as_posix()
+        return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(p.name, g) for g in globs)
+
     return sorted(
         p
         for p in path.rglob("*")
         if p.is_file()
         and not p.name.startswith((".", "_"))
-        and (not suffixes or p.name.lower().endswith(suffixes))
+        and (matches(p, include) if include else p.name.lower().endswith(suffixes))
+        and not (exclude and matches(p, exclude))
     )
 
 
@@ -93,10 +104,11 @@ def plan_inputs(cfg: Config) -> InputPlan:
         data, _ = slots48.resolve(path)
         return InputPlan("slots48", [str(data)], opts=opts, where=str(path))
     if icfg.source == "plt":
-        files = _list_files(path, (".plt", ".plt.gz"))
+        files = _list_files(path, (".plt", ".plt.gz"), icfg.include, icfg.exclude)
         want = "*.plt files"
     else:
-        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet"))
+        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet"), icfg.include,
+                            icfg.exclude)
         want = "*.csv or *.parquet files"
     if not files:
         raise InputDataError(f"input path {path} holds no {want}")
