@@ -168,7 +168,8 @@ class IngestConfig(_Section):
     min_len: int = Field(1, ge=1)
     segment: Literal["day", "gap", "none"] = "day"
     gap_hours: float = Field(3.0, gt=0, le=24 * 366 * 10)
-    ts_unit: Literal["datetime", "minutes", "seconds"] = "datetime"
+    ts_unit: Literal["datetime", "minutes", "seconds", "milliseconds"] = "datetime"
+    ts_format: str | None = None  # strptime format of the text timestamps (None: ISO 8601)
     utc_offsets: Literal["local", "utc"] = "local"  # `+08:00`: keep the wall time, or to UTC
     # Delimited text layout (telecom and check-in sources): separator, header line or the
     # column names in file order, text encoding.
@@ -201,6 +202,13 @@ class IngestConfig(_Section):
         value = {"tab": "\t", "\\t": "\t"}.get(value, value)
         if len(value) != 1 or value in "\r\n\"'" or value.isalnum():
             raise ValueError(f"must be one separator character (',', ';', '|', tab), got {value!r}")
+        return value
+
+    @field_validator("ts_format")
+    @classmethod
+    def _ts_format(cls, value: str | None) -> str | None:
+        if value is not None and "%" not in value:
+            raise ValueError(f"expected a strptime format such as '%d/%m/%Y %H:%M', got {value!r}")
         return value
 
     @field_validator("encoding")

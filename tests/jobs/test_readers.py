@@ -436,3 +436,17 @@ def test_include_and_exclude_pick_the_record_files(tmp_path):
                   ["ingest.include=['2014/*']"]):
         plan = plan_inputs(load_config(None, base + extra))
         assert [p.rsplit("/", 1)[-1] for p in plan.files] == ["day1.csv"], extra
+
+
+def test_strptime_formats_and_epoch_milliseconds():
+    from jobs.ingest.readers.pipeline import parse_file
+
+    content = b"user,time,lat,lon\n1,01/06/2014 08:05,31.2,121.4\n1,2014-06-01 08:05,31.2,121.4\n"
+    parsed = parse_file(content, "f.csv", ReaderOptions(source="telecom",
+                                                        ts_format="%d/%m/%Y %H:%M"))
+    assert parsed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:05")
+    assert parsed["reason"].tolist() == [None, "unparsable_timestamp"]  # not the given format
+    content = b"user,time,lat,lon\n1,1401609900000,31.2,121.4\n"
+    parsed = parse_file(content, "m.csv", ReaderOptions(
+        source="telecom", ts_unit="milliseconds", time_origin=dt.datetime(1970, 1, 1)))
+    assert parsed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:05")

@@ -46,7 +46,8 @@ class TableSpec:
     required: tuple[str, ...]
     optional: tuple[str, ...] = ()
     sep: str = ","
-    ts_unit: str = "datetime"  # "datetime" (ISO text) | "minutes" | "seconds" after ts_origin
+    ts_unit: str = "datetime"  # "datetime" (text) | "minutes" | "seconds" | "milliseconds"
+    ts_format: str | None = None  # strptime format of "datetime" text (None: ISO 8601)
     ts_origin: dt.datetime = dt.datetime(2000, 1, 1)
     utc_offsets: str = "local"  # ISO text with an offset: wall time as written, or "utc"
     header: bool = True  # False: no header line; `columns` names the fields in file order
@@ -89,12 +90,19 @@ def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, i
 
 def parse_timestamps(text: pd.Series, spec: TableSpec) -> tuple[pd.Series, np.ndarray]:
     """(timestamps, garbage): numeric units count from ts_origin; NaT where unparsable."""
+    if spec.ts_unit == "datetime" and spec.ts_format:  # an explicit strptime format
+        ts = pd.to_datetime(text.fillna("").astype(str).str.strip(), format=spec.ts_format,
+                            errors="coerce")
+        if getattr(ts.dt, "tz", None) is not None:
+            ts = ts.dt.tz_convert("UTC") if spec.utc_offsets == "utc" else ts
+            ts = ts.dt.tz_localize(None)
+        return pd.Series(ts, index=text.index), np.zeros(len(text), dtype=bool)
     if spec.ts_unit == "datetime":
         ts = parse_datetime(text, spec.utc_offsets)
         return ts, np.zeros(len(text), dtype=bool)
     values, _ = parse_float(text)
     finite = np.isfinite(values)
-    unit = {"minutes": 60.0, "seconds": 1.0}[spec.ts_unit]
+    unit = {"minutes": 60.0, "seconds": 1.0, "milliseconds": 1e-3}[spec.ts_unit]
     ns = np.where(finite, values * unit * 1e9, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
         ok = finite & (np.abs(ns) < 9e18)

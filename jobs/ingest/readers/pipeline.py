@@ -39,6 +39,7 @@ class ReaderOptions:
     source: str = "telecom"  # telecom | plt | checkins | slots48
     window: Window = Window()
     ts_unit: str = "datetime"
+    ts_format: str | None = None
     time_origin: dt.datetime = dt.datetime(2000, 1, 1)
     max_distance_km: float = 1.0
     max_len: int = 8
@@ -58,7 +59,8 @@ def table_spec(opts: ReaderOptions) -> TableSpec:
     base = telecom.SPEC if opts.source == "telecom" else checkins.spec()
     return dataclasses.replace(
         base, sep=opts.sep, header=opts.header, columns=tuple(opts.columns),
-        encoding=opts.encoding, ts_unit=opts.ts_unit, ts_origin=opts.time_origin,
+        encoding=opts.encoding, ts_unit=opts.ts_unit, ts_format=opts.ts_format,
+        ts_origin=opts.time_origin,
         utc_offsets=opts.utc_offsets)
 
 

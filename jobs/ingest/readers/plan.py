@@ -41,6 +41,7 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         source=icfg.source,
         window=Window(icfg.window_start, icfg.window_end),
         ts_unit=icfg.ts_unit,
+        ts_format=icfg.ts_format,
         time_origin=icfg.time_origin,
         max_distance_km=icfg.max_distance_km,
         max_len=icfg.max_len,
