@@ -177,6 +177,7 @@ class IngestConfig(_Section):
     header: bool = True
     columns: list[str] | None = None
     encoding: str = "utf-8"
+    quoting: Literal["none", "csv"] = "none"  # csv: `"a, b"` is one field, `""` a quote
     # Which files of an input folder are records: `include` globs (default: the source's
     # suffixes) less `exclude` globs, on the path below `path` or the file name.
     include: list[str] | None = None

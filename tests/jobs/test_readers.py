@@ -450,3 +450,19 @@ def test_strptime_formats_and_epoch_milliseconds():
     parsed = parse_file(content, "m.csv", ReaderOptions(
         source="telecom", ts_unit="milliseconds", time_origin=dt.datetime(1970, 1, 1)))
     assert parsed["ts"].iloc[0] == pd.Timestamp("2014-06-01 08:05")
+
+
+def test_quoted_csv_with_ingest_quoting_csv():
+    """Measured defect: quoted CSV (QUOTE_NONE) quarantined every line."""
+    from jobs.ingest.readers.pipeline import parse_file
+
+    content = (b'"user","start","lat","lon","station"\n'
+               b'"Smith, J.","2014-06-01 08:00:00","31.2","121.4","10"\n'
+               b'"say ""hi""","2014-06-01 09:00:00","31.2","121.4",""\n'
+               b'"x","2014-06-01 09:00:00","31.2","121.4","10","surplus"\n')
+    plain = parse_file(content, "q.csv", ReaderOptions(source="telecom"))
+    assert plain["reason"].notna().all()
+    parsed = parse_file(content, "q.csv", ReaderOptions(source="telecom", quoted=True))
+    assert parsed["reason"].tolist() == [None, None, "unparsable_line"]
+    assert parsed["user_id"].tolist()[:2] == ["Smith, J.", 'say "hi"']
+    assert parsed["lat"].tolist()[:2] == [31.2, 31.2]

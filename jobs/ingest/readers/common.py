@@ -154,6 +154,22 @@ def split_lines(content: bytes, *, skip: int = 0) -> Lines:
     )
 
 
+def split_quoted(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """`split_fields` for CSV quoting (`"a, b",c`, `""` for a quote): Python's csv module
+    line by line, so a separator inside quotes is no field boundary. A field may not span
+    lines. Surplus blank fields are dropped as in `split_fields`."""
+    rows = list(csv.reader(text.tolist(), delimiter=sep, quotechar='"', strict=False))
+    count = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    for i in np.flatnonzero(count > n_fields):
+        if all(not f.strip() for f in rows[i][n_fields:]):
+            rows[i], count[i] = rows[i][:n_fields], n_fields
+    padded = [r[:n_fields] + [None] * (n_fields - len(r)) for r in rows]
+    fields = pd.DataFrame(padded, columns=list(range(n_fields)), dtype=object)
+    if fields.empty:
+        fields = pd.DataFrame({c: pd.Series([], dtype=object) for c in range(n_fields)})
+    return fields, count
+
+
 def split_fields(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame, np.ndarray]:
     """Fields 0..n_fields-1 of each line (None/'' where missing) and the field count per line.
 

@@ -9,6 +9,7 @@ No pyspark.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from jobs.ingest.readers.common import (
     parsed_frame,
     split_fields,
     split_lines,
+    split_quoted,
 )
 from udfs.errors import InputDataError
 
@@ -53,6 +55,7 @@ class TableSpec:
     header: bool = True  # False: no header line; `columns` names the fields in file order
     columns: tuple[str, ...] = ()
     encoding: str = "utf-8"
+    quoted: bool = False  # CSV quoting: `"a, b"` is one field
 
     def header_line(self, first_line: str | None) -> str:
         """The header the roles are found in: the file's first line, or the given columns."""
@@ -71,7 +74,9 @@ def recode(content: bytes, encoding: str) -> bytes:
 def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, int], int]:
     """Map each role of `spec` to its column index; InputDataError naming what is missing.
     Returns (roles, number of header columns)."""
-    names = [normalise_name(n) for n in header.split(spec.sep)]
+    parts = next(csv.reader([header], delimiter=spec.sep)) if spec.quoted else header.split(
+        spec.sep)
+    names = [normalise_name(n) for n in parts]
     found: dict[str, int] = {}
     for role in (*spec.required, *spec.optional):
         aliases = {normalise_name(a) for a in ROLE_NAMES[role]}
@@ -122,7 +127,8 @@ def parse_delimited(
     head = spec.header_line(header if header is not None else
                             (lines.header[0] if lines.header else ""))
     roles, n_cols = resolve_header(head, spec, path)
-    fields, count = split_fields(lines.text, spec.sep, n_cols)
+    split = split_quoted if spec.quoted else split_fields
+    fields, count = split(lines.text, spec.sep, n_cols)
     # Unnamed trailing header columns (a spreadsheet's `a,b,c,`) may be absent from a line.
     named = len(head.rstrip(f"{spec.sep} \t").split(spec.sep))
     count = np.where((count >= named) & (count < n_cols), n_cols, count)

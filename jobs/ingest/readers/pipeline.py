@@ -52,6 +52,7 @@ class ReaderOptions:
     header: bool = True
     columns: tuple[str, ...] = ()
     encoding: str = "utf-8"
+    quoted: bool = False
 
 
 def table_spec(opts: ReaderOptions) -> TableSpec:
@@ -59,7 +60,7 @@ def table_spec(opts: ReaderOptions) -> TableSpec:
     base = telecom.SPEC if opts.source == "telecom" else checkins.spec()
     return dataclasses.replace(
         base, sep=opts.sep, header=opts.header, columns=tuple(opts.columns),
-        encoding=opts.encoding, ts_unit=opts.ts_unit, ts_format=opts.ts_format,
+        encoding=opts.encoding, quoted=opts.quoted, ts_unit=opts.ts_unit, ts_format=opts.ts_format,
         ts_origin=opts.time_origin,
         utc_offsets=opts.utc_offsets)
 

@@ -54,6 +54,7 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         header=icfg.header,
         columns=tuple(icfg.columns or ()),
         encoding=icfg.encoding,
+        quoted=icfg.quoting == "csv",
     )
 
 
