@@ -254,8 +254,8 @@ class IngestConfig(_Section):
         return self
 
 
-Mechanism = Literal["tp", "atp", "exp", "uniform"]
-PublishedMechanism = Literal["tp", "atp", "exp"]
+Mechanism = Literal["tp", "atp", "exp", "uniform", "ngram", "tracs_d", "tracs_c"]
+PublishedMechanism = Literal["tp", "atp", "exp", "ngram", "tracs_d", "tracs_c"]
 
 
 def _finite_positive_epsilon(eps: float) -> float:

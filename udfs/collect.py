@@ -17,10 +17,12 @@ from udfs.baselines import EXP, Uniform
 from udfs.budget import BudgetRecord
 from udfs.errors import InvalidParameterError, InvalidTrajectoryError
 from udfs.granularity import choose_granularity
+from udfs.mechanisms.ngram import REACH_SHARE, NGram
+from udfs.mechanisms.tracs import TraCSC, TraCSD
 from udfs.space import LocationSpace
 from udfs.tp import TP
 
-MECHANISMS = ("tp", "atp", "exp", "uniform")
+MECHANISMS = ("tp", "atp", "exp", "uniform", "ngram", "tracs_d", "tracs_c")
 
 __all__ = ["MECHANISMS", "choose_granularity", "make_mechanism", "perturb", "as_generator"]
 
@@ -56,6 +58,12 @@ def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
         return EXP(space, epsilon)
     if mechanism == "uniform":
         return Uniform(space, epsilon)
+    if mechanism == "ngram":  # bigrams, plausible = consecutive points within diameter / 4
+        return NGram(space, epsilon, n=2, reach_km=REACH_SHARE * space.diameter)
+    if mechanism == "tracs_d":
+        return TraCSD(space, epsilon)
+    if mechanism == "tracs_c":
+        return TraCSC(space, epsilon)
     raise InvalidParameterError(
         f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}"
     )
@@ -125,7 +133,8 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         trajectories: list of 1-D integer arrays of location ids of `space` (each non-empty).
         space: the public location set P.
         epsilon: user-level budget of each trajectory (finite, > 0).
-        mechanism: "tp", "atp", "exp" or "uniform".
+        mechanism: one of MECHANISMS ("tp", "atp", "exp", "uniform", "ngram", "tracs_d",
+            "tracs_c").
         seed: int, SeedSequence or Generator; same seed and input -> same output.
         granularity: "auto" (Eq. 8 evaluated at the per-direction budget; PROOF.md section 5)
             or a fixed g in {2, 4, 6, 12} (TP/ATP only).
