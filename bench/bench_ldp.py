@@ -1,14 +1,23 @@
-"""Points perturbed per second on one core: vectorised ATP/TP/EXP vs a per-point loop ATP.
+"""Points perturbed per second on one core: the batched kernel, a call per user, and inside Spark.
 
 Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_ldp.py [--points 100000] [--repeats 3]
+       [--spark-users 2000] [--no-spark]
 |P| = 262 (CPS, real trajectories), 1,000 (CHI, real trajectories), 3,042 (the full Shanghai
 Telecom station file, as the issue asks: 33 far-away rows make its diameter 3,575 km) and 3,009
 (the same file inside the Shanghai box lat 30.6-31.9, lon 120.8-122.2; reported in addition).
 Shanghai trajectories are random walks over the 20 nearest stations. Lengths 2..8, eps 4.
-Throughput is the best of --repeats timed runs after a warm-up (the machine is shared).
 
-Also reports the per-call cost of the Spark collection path (`udfs.collect.perturb` called once
-per user): ms per call for 1 user x 10 trajectories, best of --repeats passes over 100 users.
+Three rates side by side, per mechanism (points per CPU second of one process, best of
+--repeats after a warm-up; CPU time, not wall, because the machine is shared):
+- kernel: `udfs.collect.perturb` once over all trajectories, one stream key per trajectory;
+- per-user call: the same, called once per user of 10 trajectories (the pre-batching path),
+  with its ms per call;
+- in Spark (|P| = 3,042 only): `jobs.collect.stage.perturb_users` (the release operator of
+  `collect`: Arrow batches of whole users, one batched kernel call per batch) on local[1],
+  `--spark-users` users x 10 trajectories, written to Spark's no-op sink: points / wall
+  second of the job on its one core (JVM, Arrow and Python worker included; the load average
+  is printed beside it), and points / CPU second of the kernel calls inside the worker.
+A per-point loop ATP (`atp-loop`, the algorithm one point at a time) is the slow reference.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from udfs.collect import perturb  # noqa: E402
 from udfs.granularity import choose_granularity  # noqa: E402
 from udfs.mechanisms import SquareWave  # noqa: E402
 from udfs.space import LocationSpace  # noqa: E402
+from udfs.streams import keys_from  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -132,33 +142,108 @@ def atp_loop(space, traj, eps, rng):
     return np.minimum(copies[0], copies[1])
 
 
+def cpu_best(fn, repeats):
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def spark_rates(sp, users, mechs, eps=4.0):
+    """{mech: (points/s wall on local[1], points/s CPU of the kernel inside the worker)}."""
+    import datetime as dt
+    import functools
+
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+    from jobs.collect import stage as C
+    from jobs.keys import pseudonym, user_seed
+    from udfs import collect_kernel as K
+
+    spark = (SparkSession.builder.master("local[1]").appName("bench_ldp")
+             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+             .config("spark.sql.shuffle.partitions", "1")
+             .config("spark.sql.adaptive.enabled", "false")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    rows = [{"user_id": f"u{u:05d}", "date": dt.date(2014, 6, 1) + dt.timedelta(days=i),
+             "traj_id": 0, "loc_ids": t.astype(np.int32)}
+            for u, ts in enumerate(users) for i, t in enumerate(ts)]
+    pdf = pd.DataFrame(rows)
+    points = int(sum(len(r["loc_ids"]) for r in rows))
+    df = spark.createDataFrame(pdf, "user_id string, date date, traj_id long, "
+                                    "loc_ids array<int>").repartition(1).cache()
+    df.count()
+    out = {}
+    key = b"bench-key" * 4
+    for mech in mechs:
+        kernel = K.ReleaseKernel(
+            dataset="bench", settings=(K.Setting(mech, eps, "bench"),),
+            seed_for=functools.partial(user_seed, key),
+            pseudonym_of=functools.partial(pseudonym, key),
+            traj_key_of=functools.partial(pseudonym, key))
+        best, cpu = math.inf, math.inf
+        for _ in range(2):  # the first job also builds the worker's tables (eta, bitsets)
+            timer = spark.sparkContext.accumulator(0.0)
+            t0 = time.perf_counter()
+            res = C.perturb_users(df, sp, kernel, timer)
+            res.write.format("noop").mode("overwrite").save()
+            wall = time.perf_counter() - t0
+            from jobs.spark.per_user import release
+
+            release(res)
+            if wall < best:
+                best, cpu = wall, timer.value
+        out[mech] = (points / best, points / cpu if cpu > 0 else float("nan"))
+    spark.stop()
+    return out, points
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", type=int, default=100_000)
     ap.add_argument("--loop-trajectories", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--users", type=int, default=100)
+    ap.add_argument("--spark-users", type=int, default=2000)
+    ap.add_argument("--no-spark", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'|P|':>6} {'data':>9} {'mech':>9} {'points/s/core':>14} {'ms/call (1x10)':>15}"
-          f" {'first call s':>13}")
+    print(f"{'|P|':>6} {'data':>9} {'mech':>9} {'kernel pts/s':>13} {'per-user pts/s':>15}"
+          f" {'ms/call (1x10)':>15} {'Spark pts/s':>12} {'Spark kernel':>13} {'first call s':>13}")
+    mechs = ("atp", "tp", "exp")
     for name, sp, trajs in spaces(args.points, rng):
         npts = sum(map(len, trajs))
         users = [[trajs[i] for i in rng.choice(len(trajs), 10)] for _ in range(args.users)]
-        for mech in ("atp", "tp", "exp"):
+        upts = sum(len(t) for u in users for t in u)
+        keys = keys_from(np.random.default_rng(1), len(trajs))
+        spark = {}
+        if name in ("shanghai", "generated") and not args.no_spark:
+            susers = [[trajs[i] for i in rng.choice(len(trajs), 10)]
+                      for _ in range(args.spark_users)]
+            spark, _ = spark_rates(sp, susers, mechs)
+        for mech in mechs:
             t0 = time.perf_counter()
             perturb(trajs[:200], sp, 4.0, mech, 0)  # warm caches (eta table, bitsets, KD-tree)
             first = time.perf_counter() - t0
-            dt = best_time(lambda m=mech, p=sp, t=trajs: perturb(t, p, 4.0, m, 1), args.repeats)
-            per_call = best_time(
+            dt = cpu_best(lambda m=mech, p=sp, t=trajs, k=keys: perturb(t, p, 4.0, m, k),
+                          args.repeats)
+            per_users = cpu_best(
                 lambda m=mech, p=sp, us=users: [
                     perturb(u, p, 4.0, m, np.random.SeedSequence([7, k]))
-                    for k, u in enumerate(us)], args.repeats) / len(users)
-            print(f"{sp.n:>6} {name:>9} {mech:>9} {npts / dt:>14,.0f} {per_call * 1e3:>15.2f}"
+                    for k, u in enumerate(us)], args.repeats)
+            sw, sk = spark.get(mech, (math.nan, math.nan))
+            print(f"{sp.n:>6} {name:>9} {mech:>9} {npts / dt:>13,.0f} {upts / per_users:>15,.0f}"
+                  f" {per_users / len(users) * 1e3:>15.2f} {sw:>12,.0f} {sk:>13,.0f}"
                   f" {first:>13.2f}", flush=True)
         sub = trajs[: args.loop_trajectories]
-        dt = best_time(lambda s=sub, p=sp: [atp_loop(p, t, 4.0, rng) for t in s], args.repeats)
-        print(f"{sp.n:>6} {name:>9} {'atp-loop':>9} {sum(map(len, sub)) / dt:>14,.0f}", flush=True)
+        dt = cpu_best(lambda s=sub, p=sp: [atp_loop(p, t, 4.0, rng) for t in s], args.repeats)
+        print(f"{sp.n:>6} {name:>9} {'atp-loop':>9} {sum(map(len, sub)) / dt:>13,.0f}",
+              flush=True)
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

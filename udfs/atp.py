@@ -16,12 +16,16 @@ from udfs.errors import InvalidParameterError
 from udfs.mechanisms.square_wave import SquareWave
 from udfs.sampling import em_sample
 from udfs.space import LocationSpace
+from udfs.streams import Stream, as_stream
 from udfs.tp import (
+    ANCHOR,
     COPIES,
+    RADIUS,
     check_combiner,
     check_granularity,
     check_single_point,
     combine,
+    copy_site,
     per_length,
     perturb_copy_batch,
     resolve_granularity,
@@ -40,9 +44,11 @@ def anchor_points(space: LocationSpace, traj: np.ndarray, lens=None) -> np.ndarr
         lat = space.coords[traj, 0].mean(axis=1)
         lon = space.coords[traj, 1].mean(axis=1)
     else:
+        # sequential sums (cumsum): the padding's zeros do not change a row's total, so the
+        # anchor does not depend on the batch's padded width (numpy's pairwise sum would)
         valid = np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None]
-        lat = np.where(valid, space.coords[traj, 0], 0.0).sum(axis=1) / lens
-        lon = np.where(valid, space.coords[traj, 1], 0.0).sum(axis=1) / lens
+        lat = np.cumsum(np.where(valid, space.coords[traj, 0], 0.0), axis=1)[:, -1] / lens
+        lon = np.cumsum(np.where(valid, space.coords[traj, 1], 0.0), axis=1)[:, -1] / lens
     return space.nearest(lat, lon)
 
 
@@ -106,14 +112,19 @@ def calibrate(space, anchor, r_hat, eps_r: float, radius: np.ndarray) -> np.ndar
     return np.maximum(radius + math.exp(-eps_r) * (eta - radius) * sig, 0.0)
 
 
-def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens=None):
+def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens=None,
+                   parity: int = 1):
     """Anchor EM over P (eps_a), radius SW (eps_r), calibration; returns (anchor^, R^).
 
-    eps_a / eps_r: scalars or one per row; ``lens``: valid prefix per row of a padded batch.
+    eps_a / eps_r: scalars or one per row; ``lens``: valid prefix per row of a padded batch;
+    ``rng``: one stream key per trajectory (`udfs.streams`) or a Generator; ``parity``: the
+    copy (its draws are addressed by the copy's sites).
     """
+    st = as_stream(rng, traj.shape[0])
     c = np.asarray(eps_a, dtype=np.float64) / (2.0 * space.diameter) if space.diameter > 0 \
         else 0.0
-    a_hat = em_sample(space, anchor, c, rng)
+    a_hat = em_sample(space, anchor, c, st.at(copy_site(parity, ANCHOR)))
+    sw_st = st.at(copy_site(parity, RADIUS))
     dr = space.row_max[a_hat]
     dd = space.dist[a_hat[:, None], traj]
     if lens is not None:
@@ -126,7 +137,7 @@ def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens
         m = er == e
         sw = SquareWave(float(e))
         b = sw.b
-        r_hat = sw.perturb(r[m], rng=rng)
+        r_hat = sw.from_uniforms(r[m], sw_st.uniform(0, m), sw_st.uniform(1, m))
         rad = (r_hat + b) * dr[m] / (2 * b + 1)
         if calibrated:
             rad = calibrate(space, a_hat[m], r_hat, float(e), rad)
@@ -167,6 +178,7 @@ class ATP(RecordedMechanism):
     single_point: str = "one_copy"
 
     name = "atp"
+    keyed = True  # perturb_batch takes a udfs.streams.Stream (one key per trajectory)
 
     def __post_init__(self):
         check_combiner(self.combiner)
@@ -200,22 +212,25 @@ class ATP(RecordedMechanism):
             steps += [Step(name, "point", i, bud["point"]) for i in range(n)]
         return BudgetRecord(self.name, n, tuple(steps))
 
-    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
-        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+    def perturb_batch(self, traj: np.ndarray, lens, *,
+                      rng: Stream | np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept).
+        ``rng``: one stream key per trajectory (`udfs.streams`), or a Generator to draw them."""
 
         def params(n):
             b = self.copy_budget(n)
             g = resolve_granularity(self.granularity, b["direction"])
             return b["anchor"], b["radius"], b["direction"], b["point"], g
 
-        out, rest, t, lens = split_single(self, traj, lens, rng)
+        out, rest, t, lens, st = split_single(self, traj, lens, as_stream(rng, traj.shape[0]))
         if rest.size == 0:
             return out
         ea, er, dr, pt, g = per_length(lens, params)
         anchor = anchor_points(self.space, t, lens)
         outs = []
         for _, parity in COPIES:
-            region = perturb_region(self.space, t, anchor, ea, er, rng, self.calibrated, lens)
-            outs.append(perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, rng, region))
+            region = perturb_region(self.space, t, anchor, ea, er, st, self.calibrated, lens,
+                                    parity)
+            outs.append(perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, st, region))
         out[rest] = combine(outs[0], outs[1], self.space, self.combiner, lens)
         return out

@@ -9,7 +9,8 @@ import numpy as np
 from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.sampling import em_sample
 from udfs.space import LocationSpace
-from udfs.tp import per_length
+from udfs.streams import Stream, as_stream
+from udfs.tp import SITE_EXP, SITE_UNIFORM, per_length
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +28,7 @@ class EXP(RecordedMechanism):
     space: LocationSpace
     epsilon_total: float
     name = "exp"
+    keyed = True  # perturb_batch takes a udfs.streams.Stream (one key per trajectory)
 
     def __post_init__(self):
         object.__setattr__(self, "epsilon_total", check_epsilon(self.epsilon_total))
@@ -35,14 +37,17 @@ class EXP(RecordedMechanism):
         (pt,) = split(self.epsilon_total, [(n, 1.0)])
         return BudgetRecord(self.name, n, tuple(Step("-", "point", i, pt) for i in range(n)))
 
-    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
-        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+    def perturb_batch(self, traj: np.ndarray, lens, *,
+                      rng: Stream | np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept).
+        ``rng``: one stream key per trajectory (`udfs.streams`), or a Generator to draw them."""
         lens = np.asarray(lens, dtype=np.int64)
+        st = as_stream(rng, traj.shape[0])
         (pts,) = per_length(lens, lambda n: split(self.epsilon_total, [(n, 1.0)]))
         c = pts / (2.0 * self.space.diameter) if self.space.diameter > 0 else 0.0 * pts
         vr, vc = np.nonzero(np.arange(traj.shape[1])[None, :] < lens[:, None])
         out = np.array(traj, dtype=np.int64, copy=True)
-        out[vr, vc] = em_sample(self.space, traj[vr, vc], c[vr], rng)
+        out[vr, vc] = em_sample(self.space, traj[vr, vc], c[vr], st.at(SITE_EXP, vc, vr))
         return out
 
 
@@ -61,6 +66,7 @@ class Uniform:
     space: LocationSpace
     epsilon_total: float
     name = "uniform"
+    keyed = True  # perturb_batch takes a udfs.streams.Stream (one key per trajectory)
 
     def __post_init__(self):
         object.__setattr__(self, "epsilon_total", check_epsilon(self.epsilon_total))
@@ -75,8 +81,10 @@ class Uniform:
     def perturb_group(self, traj: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.space.n, size=traj.shape)
 
-    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
-        valid = np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None]
+    def perturb_batch(self, traj: np.ndarray, lens, *,
+                      rng: Stream | np.random.Generator) -> np.ndarray:
+        st = as_stream(rng, traj.shape[0])
+        vr, vc = np.nonzero(np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None])
         out = np.array(traj, dtype=np.int64, copy=True)
-        out[valid] = rng.integers(0, self.space.n, size=int(valid.sum()))
+        out[vr, vc] = st.at(SITE_UNIFORM, vc, vr).integers(0, self.space.n)
         return out

@@ -1,11 +1,13 @@
 """Entry point of LDP collection: `perturb` a batch of trajectories with TP, ATP, EXP or UNIFORM.
 
-The Spark layer calls :func:`perturb` once per user with that user's SeedSequence (derived from
-the secret run key and the user id), so a user's output depends only on the user's seed and
-trajectories. Within one call, all trajectories (of every length) are perturbed together as
-one padded (N, max length) batch with array operations (no Python loop per point and no
-per-length pass, so a call's fixed cost does not grow with the number of distinct lengths);
-the random stream is consumed step by step over the whole batch in input order.
+The Spark layer calls :func:`perturb` once per batch of users (an Arrow batch of a partition)
+with one secret 64-bit key per trajectory (derived from the run key, the setting, the user and
+the trajectory: `udfs.collect_kernel.trajectory_keys`). Every random number a trajectory uses
+is a function of its key and a counter naming the draw (`udfs.streams`), so its output does
+not depend on which other trajectories share the call: any partitioning gives the same
+release. Within one call, all trajectories (of every length) are perturbed together as one
+padded (N, max length) batch with array operations (no Python loop per point and no
+per-length pass). An int / SeedSequence / Generator seed draws the keys from a generator.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from udfs.granularity import choose_granularity
 from udfs.mechanisms.ngram import REACH_SHARE, NGram
 from udfs.mechanisms.tracs import TraCSC, TraCSD
 from udfs.space import LocationSpace
+from udfs.streams import Stream, keys_from
 from udfs.tp import TP
 
 MECHANISMS = ("tp", "atp", "exp", "uniform", "ngram", "tracs_d", "tracs_c")
@@ -123,6 +126,59 @@ def _validate_slow(trajectories, n_loc: int, max_len: int | None) -> list[np.nda
     return out
 
 
+def _is_keys(seed) -> bool:
+    return isinstance(seed, np.ndarray) and seed.dtype == np.uint64
+
+
+def trajectory_keys(seed, n: int) -> np.ndarray:
+    """One 64-bit stream key per trajectory (`udfs.streams`): the given (n,) uint64 array, or
+    n keys drawn from the generator of an int / SeedSequence / Generator seed."""
+    if _is_keys(seed):
+        if seed.shape != (n,):
+            raise InvalidParameterError(
+                f"seed holds {seed.shape} trajectory keys for {n} trajectories; pass one uint64 "
+                "key per trajectory (udfs.collect_kernel.trajectory_keys derives them)")
+        return seed
+    return keys_from(as_generator(seed), n)
+
+
+def perturb_keyed(mech, pad: np.ndarray, lengths: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """(N, L) padded trajectories -> outputs, each row's noise a function of its own key only.
+
+    Mechanisms whose `perturb_batch` takes a `udfs.streams.Stream` (`keyed = True`: TP, ATP,
+    EXP, UNIFORM) run once over the whole batch; any other runs once per trajectory with a
+    numpy Generator seeded by that trajectory's key (same guarantee, slower)."""
+    if getattr(mech, "keyed", False):
+        return mech.perturb_batch(pad, lengths, rng=Stream(keys))
+    out = np.array(pad, dtype=np.int64, copy=True)
+    for i, (k, n) in enumerate(zip(keys.tolist(), lengths.tolist(), strict=True)):
+        rng = np.random.default_rng(np.random.SeedSequence(int(k)))
+        out[i, :n] = mech.perturb_batch(pad[i:i + 1, :n], lengths[i:i + 1], rng=rng)[0]
+    return out
+
+
+def perturb_padded(pad: np.ndarray, lengths: np.ndarray, space: LocationSpace, epsilon: float,
+                   mechanism: str, keys: np.ndarray, *, max_len: int | None = None,
+                   **options) -> np.ndarray:
+    """The batch entry point: (N, L) padded trajectories (row i valid in its first lengths[i]
+    positions) with one uint64 stream key each -> (N, L) outputs, each row a function of its
+    own key and points only. Validates in bulk (the first bad row raises :func:`perturb`'s
+    error); `options` are :func:`make_mechanism`'s."""
+    mech = make_mechanism(space, epsilon, mechanism, **options)
+    pad = np.asarray(pad, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    keys = trajectory_keys(keys, lengths.size)
+    if lengths.size == 0:
+        return pad
+    valid = np.arange(pad.shape[1])[None, :] < lengths[:, None]
+    vals = pad[valid]
+    if (lengths.min() < 1 or vals.min() < 0 or vals.max() >= space.n
+            or (max_len is not None and lengths.max() > max_len)):
+        _validate_slow([r[:n] for r, n in zip(pad, lengths.tolist(), strict=True)], space.n,
+                       max_len)
+    return perturb_keyed(mech, pad, lengths, keys)
+
+
 def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, seed, *,
             granularity="auto", r_dir: float = 0.75, max_len: int | None = None,
             calibrated: bool = True, combiner: str = "medoid", single_point: str = "one_copy",
@@ -135,7 +191,10 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         epsilon: user-level budget of each trajectory (finite, > 0).
         mechanism: one of MECHANISMS ("tp", "atp", "exp", "uniform", "ngram", "tracs_d",
             "tracs_c").
-        seed: int, SeedSequence or Generator; same seed and input -> same output.
+        seed: int, SeedSequence or Generator (same seed and input -> same output), or an
+            (N,) uint64 array of per-trajectory stream keys: then each trajectory's output
+            depends only on its key and points, whatever else is in the call (the collect
+            kernel's partition-independent release; `udfs.streams`).
         granularity: "auto" (Eq. 8 evaluated at the per-direction budget; PROOF.md section 5)
             or a fixed g in {2, 4, 6, 12} (TP/ATP only).
         r_dir: TP's share of each copy spent on directions (ATP uses its fixed shares).
@@ -154,13 +213,15 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
     mech = make_mechanism(space, epsilon, mechanism, granularity=granularity, r_dir=r_dir,
                           calibrated=calibrated, combiner=combiner, single_point=single_point)
     trajs = _validate(trajectories, space.n, max_len)
-    rng = as_generator(seed)
     out: list[np.ndarray] = []
     if trajs:
         lengths = np.fromiter(map(len, trajs), dtype=np.int64, count=len(trajs))
         pad = np.zeros((len(trajs), int(lengths.max())), np.int64)  # (N, L), row i valid < n_i
         pad[np.arange(pad.shape[1])[None, :] < lengths[:, None]] = np.concatenate(trajs)
-        res = mech.perturb_batch(pad, lengths, rng=rng)
+        if getattr(mech, "keyed", False) or _is_keys(seed):
+            res = perturb_keyed(mech, pad, lengths, trajectory_keys(seed, len(trajs)))
+        else:  # a mechanism without streams, seeded as a whole: one generator for the call
+            res = mech.perturb_batch(pad, lengths, rng=as_generator(seed))
         out = [r[:n] for r, n in zip(res, lengths.tolist(), strict=True)]
     if return_budget:
         records: dict[int, BudgetRecord] = {}

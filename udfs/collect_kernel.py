@@ -1,8 +1,9 @@
 """Per-user kernels of LDP collection: plan the budget, then release (pure pandas, no pyspark).
 
 The Spark stage (`jobs/collect/stage.py`) groups trajectories by user and calls these kernels
-through `applyInPandas`; unit tests call them on plain DataFrames. Two kernels, run one after the
-other so that the whole budget plan exists (and is validated) before the first noise is drawn:
+on whole users through `jobs.spark.per_user`; unit tests call them on plain DataFrames. Two
+kernels, run one after the other so that the whole budget plan exists (and is validated)
+before the first noise is drawn:
 
 1. :func:`plan_users` (no randomness; in `udfs.collect_plan`, re-exported here): marks each
    trajectory released or refused with a reason, per user and budget window in time order,
@@ -10,9 +11,11 @@ other so that the whole budget plan exists (and is validated) before the first n
    collection). Row shape:
    (user_id, date, traj_id, loc_ids, n) + ledger (user_id, epsilon, window_start)
    -> (user_id, date, traj_id, loc_ids, n, window_start, cost, remaining, released, reason).
-2. :class:`ReleaseKernel` (the only randomness): perturbs one user's released trajectories for
-   every setting of the sweep with `udfs.collect.perturb`, seeded by the user's secret
-   SeedSequence of that setting's scope. Row shape:
+2. :class:`ReleaseKernel` (the only randomness): perturbs the released trajectories of whole
+   users (all users of an Arrow batch in one batched call per setting) with
+   `udfs.collect.perturb_padded`, each trajectory with its own secret stream key derived from
+   the user's secret seed of that setting's scope and the trajectory (:func:`trajectory_keys`),
+   so the release is the same for any partitioning. Row shape:
    (user_id, date, traj_id, loc_ids) -> (pseudonym, traj_key, date, mechanism, epsilon,
    loc_ids, n). No raw user id, traj id, timestamp or raw location leaves this kernel.
 
@@ -29,9 +32,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from udfs.budget import total_up
-from udfs.collect import MECHANISMS, perturb
+from udfs.collect import MECHANISMS, perturb_padded
 from udfs.collect_plan import (  # noqa: F401  (re-exported: the kernels' public names)
     COST_OVER_BUDGET,
     EPOCH,
@@ -47,6 +51,7 @@ from udfs.collect_plan import (  # noqa: F401  (re-exported: the kernels' public
 from udfs.derive import hex_digest
 from udfs.errors import InvalidParameterError
 from udfs.space import LocationSpace
+from udfs.streams import mix64
 
 RELEASE_COLUMNS = ("pseudonym", "traj_key", "date", "mechanism", "epsilon", "loc_ids", "n")
 
@@ -170,83 +175,235 @@ def iso_dates(dates) -> list[str]:
     return pd.to_datetime(pd.Series(values)).dt.strftime("%Y-%m-%d").tolist()
 
 
-def day_numbers(dates) -> np.ndarray:
-    """A sortable int64 day number per date (the order of the dates; units are days)."""
+_MASK64 = (1 << 64) - 1
+_UNIX = dt.date(1970, 1, 1)
+
+
+def epoch_days(dates) -> np.ndarray:
+    """Days since 1970-01-01 (int64) of dates given as datetime.date objects, numpy datetime64,
+    pandas timestamps or an Arrow date32 column: one day number whatever the carrier type."""
+    if isinstance(dates, pa.ChunkedArray | pa.Array):
+        return np.asarray(dates.cast(pa.int32()).to_numpy(zero_copy_only=False), np.int64)
     values = list(dates)
     if _plain_dates(values):
-        return np.fromiter((d.toordinal() for d in values), dtype=np.int64, count=len(values))
-    days = pd.to_datetime(pd.Series(values)).to_numpy(dtype="datetime64[D]")
-    return days.astype(np.int64)
+        return np.fromiter((d.toordinal() for d in values), dtype=np.int64,
+                           count=len(values)) - _UNIX.toordinal()
+    return pd.to_datetime(pd.Series(values)).to_numpy(dtype="datetime64[D]").astype(np.int64)
 
 
-def _as_dates(values: np.ndarray) -> np.ndarray:
-    if _plain_dates(list(values)):
-        return values
-    return np.array([d.date() if hasattr(d, "date") else d
-                     for d in pd.to_datetime(pd.Series(values))], dtype=object)
+def _iso(days: np.ndarray) -> np.ndarray:
+    return days.astype("datetime64[D]").astype(str)
+
+
+def _entropy(seed) -> int:
+    if isinstance(seed, np.random.SeedSequence):
+        ent = seed.entropy
+        return int(ent) if not isinstance(ent, list | tuple) else int.from_bytes(
+            b"".join(int(x).to_bytes(4, "little") for x in ent), "little")
+    return int(seed)
+
+
+def trajectory_keys(user_entropy: Sequence[int], user_index: np.ndarray, days: np.ndarray,
+                    traj_ids: np.ndarray) -> np.ndarray:
+    """One secret 64-bit stream key per trajectory (`udfs.streams`).
+
+    `user_entropy[u]`: the user's secret seed for the setting (the HMAC of the run key over
+    dataset, release, setting and user: `seed_for`); row i belongs to user `user_index[i]`
+    and is the trajectory (`days[i]`, `traj_ids[i]`) of that user. key = mix64(w0 ^
+    mix64(w1 ^ mix64(w2 ^ day) ^ mix64(traj_id))) over the seed's first three 64-bit words:
+    for a fixed user and day, distinct traj ids get distinct keys (each mix64 is a bijection);
+    any other pair of trajectories shares a key with probability 2^-64. Secret because the
+    words are: public ids alone determine nothing (DESIGN.md section 10).
+    """
+    words = np.array([[(e >> (64 * i)) & _MASK64 for i in range(3)] for e in user_entropy],
+                     dtype=np.uint64).reshape(-1, 3)
+    w = words[np.asarray(user_index, dtype=np.int64)]
+    d = np.asarray(days, dtype=np.int64).view(np.uint64)
+    t = np.asarray(traj_ids, dtype=np.int64).view(np.uint64)
+    return mix64(w[:, 0] ^ mix64(w[:, 1] ^ mix64(w[:, 2] ^ d) ^ mix64(t)))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Whole users' trajectories in (user, date, traj_id) order, as flat arrays."""
+
+    users: np.ndarray  # (U,) distinct user ids (str), sorted
+    user_index: np.ndarray  # (N,) index into users
+    days: np.ndarray  # (N,) epoch days
+    traj_ids: np.ndarray  # (N,) int64
+    pad: np.ndarray  # (N, L) int64 loc ids, row i valid in its first lengths[i]
+    lengths: np.ndarray  # (N,) int64
+
+    @staticmethod
+    def of(frame) -> Batch:
+        """From a pandas DataFrame or pyarrow Table with user_id, date, traj_id, loc_ids."""
+        if isinstance(frame, pa.Table | pa.RecordBatch):
+            users = np.asarray(frame.column("user_id").to_numpy(zero_copy_only=False), object)
+            days = epoch_days(frame.column("date"))
+            tids = np.asarray(frame.column("traj_id").to_numpy(zero_copy_only=False), np.int64)
+            col = frame.column("loc_ids")
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            lengths = np.asarray(arr.value_lengths().to_numpy(zero_copy_only=False), np.int64)
+            values = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), np.int64)
+        else:
+            users = frame["user_id"].astype(str).to_numpy()
+            days = epoch_days(frame["date"].to_numpy())
+            tids = frame["traj_id"].to_numpy().astype(np.int64)
+            locs = frame["loc_ids"].to_numpy()
+            lengths = np.fromiter(map(len, locs), dtype=np.int64, count=len(locs))
+            values = (np.concatenate([np.asarray(a, dtype=np.int64) for a in locs])
+                      if len(locs) else np.empty(0, np.int64))
+        uniq, uidx = np.unique(users.astype(str), return_inverse=True)
+        order = np.lexsort((tids, days, uidx))  # time order within each user
+        starts = np.cumsum(lengths) - lengths
+        lens = lengths[order]
+        width = int(lens.max()) if lens.size else 0
+        cols = np.arange(width)
+        valid = cols[None, :] < lens[:, None]
+        src = starts[order][:, None] + np.minimum(cols[None, :], np.maximum(lens, 1)[:, None] - 1)
+        pad = np.where(valid, values[np.minimum(src, max(values.size - 1, 0))]
+                       if values.size else 0, 0)
+        return Batch(uniq, uidx[order].reshape(-1), days[order], tids[order], pad, lens)
+
+    def flat(self, out: np.ndarray) -> np.ndarray:
+        """The valid points of a padded (N, L) output, row after row."""
+        return out[np.arange(out.shape[1])[None, :] < self.lengths[:, None]]
 
 
 @dataclass(frozen=True)
 class ReleaseKernel:
-    """Perturb one user's trajectories of one release for every setting (the only random step).
+    """Perturb whole users' trajectories of one release for every setting (the only random
+    step), all users of a call in one batched `udfs.collect.perturb_padded` per setting.
 
-    `seed_for(scope, user_id)` returns the user's secret SeedSequence for a setting of the
-    release (HMAC of the run key over dataset, release id, setting and user: independent of
-    partitioning and task attempts, so a retried task or a rolled-forward release redraws the
-    same noise); `pseudonym_of(message)` and `traj_key_of(message)` are keyed hashes. The
-    trajectories of a user in a release are fixed by the ledger before any noise is drawn, and
-    the draw order is their time order (date, traj_id), so the output depends only on the
-    key, the release and those trajectories. Options go to `udfs.collect.perturb`
-    (granularity, r_dir, calibrated, max_len).
+    `seed_for(scope, user_id)` returns the user's secret seed for a setting of the release
+    (a SeedSequence or int: HMAC of the run key over dataset, release id, setting and user);
+    each trajectory's stream key is derived from it and the trajectory's (date, traj_id)
+    (:func:`trajectory_keys`), and every draw of a trajectory is a function of that key only
+    (`udfs.streams`). So the output does not depend on how users are cut into partitions,
+    Arrow batches or calls, on row order, or on task attempts: a retried task or a
+    rolled-forward release redraws the same noise. `pseudonym_of(message)` and
+    `traj_key_of(message)` are keyed hashes. Options go to `udfs.collect.perturb_padded`
+    (granularity, r_dir, calibrated, combiner, max_len).
     """
 
     dataset: str
     settings: tuple[Setting, ...]
-    seed_for: Callable[[str, str], np.random.SeedSequence]
+    seed_for: Callable[[str, str], Any]
     pseudonym_of: Callable[[str], str]
     traj_key_of: Callable[[str], str]
     options: dict[str, Any] = field(default_factory=dict)
     publish: PublishOptions = field(default_factory=PublishOptions)
 
-    def __call__(self, trajectories: pd.DataFrame, space: LocationSpace) -> pd.DataFrame:
-        """One user's rows (user_id, date, traj_id, loc_ids) -> RELEASE_COLUMNS rows."""
-        if trajectories.empty:
-            return pd.DataFrame({c: [] for c in RELEASE_COLUMNS})
-        users = trajectories["user_id"].astype(str).unique()
-        if users.size != 1:
-            raise InvalidParameterError(
-                f"ReleaseKernel got {users.size} users in one group; group by user_id first"
-            )
-        user = str(users[0])
-        # Time order (date, traj_id; a stable sort) fixes which draw of the user's random
-        # stream each trajectory gets, so the output does not depend on how Spark ordered the
-        # group's rows. Plain arrays, not DataFrame.sort_values: this runs once per user.
-        traj_ids = trajectories["traj_id"].to_numpy()
-        order = np.lexsort((traj_ids, day_numbers(trajectories["date"])))
-        date_col = _as_dates(trajectories["date"].to_numpy()[order])
-        iso = iso_dates(date_col)
-        trajs = [np.asarray(x, dtype=np.int64) for x in trajectories["loc_ids"].to_numpy()[order]]
-        lengths = np.array([a.size for a in trajs], dtype=np.int32)
-        pseudonyms = [self._pseudonym(user, d) for d in date_col]
-        shown_dates = self.publish.published_dates(date_col)
-        cols: dict[str, list] = {c: [] for c in RELEASE_COLUMNS}
-        for s in self.settings:
-            out = perturb(trajs, space, s.epsilon, s.mechanism,
-                          self.seed_for(f"{self.dataset}\x1f{s.scope}", user), **self.options)
-            cols["loc_ids"].extend(a.astype(np.int32) for a in out)
-            cols["traj_key"].extend(
-                self.traj_key_of(self.publish.key_message(self.dataset, user, d, k, s.release_id))
-                for d, k in zip(iso, traj_ids[order], strict=True))
-            cols["pseudonym"].extend(pseudonyms)
-            cols["date"].extend(shown_dates)
-            cols["mechanism"].extend([s.mechanism] * len(trajs))
-            cols["epsilon"].extend([float(s.epsilon)] * len(trajs))
-            cols["n"].extend(lengths.tolist())
-        return pd.DataFrame(cols)
+    def __call__(self, trajectories, space: LocationSpace):
+        """Whole users' rows (user_id, date, traj_id, loc_ids) -> RELEASE_COLUMNS rows, one
+        block per setting, each in (user, date, traj_id) order. A pyarrow Table in gives a
+        pyarrow Table out (no per-row Python objects for the points); pandas gives pandas."""
+        arrow = isinstance(trajectories, pa.Table | pa.RecordBatch)
+        if len(trajectories) == 0:
+            return pa.table(_empty_release()) if arrow else pd.DataFrame(
+                {c: [] for c in RELEASE_COLUMNS})
+        b = Batch.of(trajectories)
+        iso = _iso(b.days)
+        shown = self._published_days(b.days)
+        pseud = self._pseudonyms(b)
+        parts = []
+        for s, flat in self._perturbed(b, space):
+            keys = [self.traj_key_of(self.publish.key_message(self.dataset, u, d, k,
+                                                              s.release_id))
+                    for u, d, k in zip(b.users[b.user_index], iso, b.traj_ids.tolist(),
+                                       strict=True)]
+            parts.append(_columns(s, keys, pseud, shown, b.lengths, flat, arrow))
+        if arrow:
+            return pa.concat_tables(parts)
+        return pd.concat(parts, ignore_index=True)
 
-    def _pseudonym(self, user: str, date: dt.date) -> str | None:
-        message = self.publish.pseudonym_message(user, date)
-        return None if message is None else self.pseudonym_of(message)
+    def study_rows(self, trajectories, space: LocationSpace) -> pd.DataFrame:
+        """Trusted zone only (`trajpriv study`): (user_id, date, traj_id, mechanism, epsilon,
+        loc_ids) per setting, with the raw identity kept; the same noise as a release of the
+        same settings."""
+        b = Batch.of(trajectories)
+        dates = b.days.astype("datetime64[D]").astype(object)
+        parts = []
+        for s, flat in self._perturbed(b, space):
+            parts.append(pd.DataFrame({
+                "user_id": b.users[b.user_index], "date": dates, "traj_id": b.traj_ids,
+                "mechanism": s.mechanism, "epsilon": float(s.epsilon),
+                "loc_ids": np.split(flat.astype(np.int32), np.cumsum(b.lengths)[:-1])}))
+        if not parts:
+            return pd.DataFrame(columns=["user_id", "date", "traj_id", "mechanism", "epsilon",
+                                         "loc_ids"])
+        return pd.concat(parts, ignore_index=True)
+
+    def _perturbed(self, b: Batch, space: LocationSpace):
+        for s in self.settings:
+            scope = f"{self.dataset}\x1f{s.scope}"
+            entropy = [_entropy(self.seed_for(scope, str(u))) for u in b.users]
+            keys = trajectory_keys(entropy, b.user_index, b.days, b.traj_ids)
+            out = perturb_padded(b.pad, b.lengths, space, s.epsilon, s.mechanism, keys,
+                                 **self.options)
+            yield s, b.flat(out)
+
+    def _published_days(self, days: np.ndarray) -> np.ndarray | None:
+        """Epoch days as published (None: no date): the day or its week's Monday."""
+        if self.publish.date == "none":
+            return None
+        if self.publish.date == "week":
+            return days - (days + 3) % 7  # 1970-01-01 was a Thursday (weekday 3)
+        return days
+
+    def _pseudonyms(self, b: Batch) -> list | None:
+        p = self.publish
+        if p.pseudonym == "none":
+            return None
+        if p.pseudonym == "stable":
+            per_user = [self.pseudonym_of(str(u)) for u in b.users]
+            return [per_user[i] for i in b.user_index.tolist()]
+        ep = (EPOCH - _UNIX).days
+        starts = _iso(ep + np.floor_divide(b.days - ep, p.window_days) * p.window_days)
+        cache: dict[tuple[int, str], str] = {}
+        out = []
+        for i, w in zip(b.user_index.tolist(), starts.tolist(), strict=True):
+            got = cache.get((i, w))
+            if got is None:
+                got = cache[(i, w)] = self.pseudonym_of(f"{b.users[i]}\x1fwindow\x1f{w}")
+            out.append(got)
+        return out
+
+
+def _empty_release() -> dict:
+    return {"pseudonym": pa.array([], pa.string()), "traj_key": pa.array([], pa.string()),
+            "date": pa.array([], pa.date32()), "mechanism": pa.array([], pa.string()),
+            "epsilon": pa.array([], pa.float64()), "loc_ids": pa.array([], pa.list_(pa.int32())),
+            "n": pa.array([], pa.int32())}
+
+
+def _columns(s: Setting, keys, pseud, shown, lengths, flat, arrow: bool):
+    n = lengths.size
+    if arrow:
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        return pa.table({
+            "pseudonym": pa.array(pseud if pseud is not None else [None] * n, pa.string()),
+            "traj_key": pa.array(keys, pa.string()),
+            "date": (pa.array(shown.astype(np.int32), pa.int32()).cast(pa.date32())
+                     if shown is not None else pa.nulls(n, pa.date32())),
+            "mechanism": pa.array([s.mechanism] * n, pa.string()),
+            "epsilon": pa.array(np.full(n, float(s.epsilon)), pa.float64()),
+            "loc_ids": pa.ListArray.from_arrays(pa.array(offsets),
+                                                pa.array(flat.astype(np.int32))),
+            "n": pa.array(lengths.astype(np.int32)),
+        })
+    dates = (shown.astype("datetime64[D]").astype(object) if shown is not None
+             else np.full(n, None, dtype=object))
+    return pd.DataFrame({
+        "pseudonym": pseud if pseud is not None else [None] * n,
+        "traj_key": keys,
+        "date": dates,
+        "mechanism": [s.mechanism] * n,
+        "epsilon": [float(s.epsilon)] * n,
+        "loc_ids": np.split(flat.astype(np.int32), np.cumsum(lengths)[:-1]),
+        "n": lengths.astype(np.int64).tolist(),
+    }, columns=list(RELEASE_COLUMNS))
 
 
 # ----------------------------------------------------------------------------- explain

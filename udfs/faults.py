@@ -115,6 +115,12 @@ def _create_once(path: str) -> bool:
 _groups_seen: dict[tuple[int, int, int], int] = {}
 
 
+def release_seams_on() -> bool:
+    """Whether a release seam (`KILL_WORKER`, `RELEASE_REACHED`) is set in this process: the
+    release then runs user by user, calling `on_release_group` for each."""
+    return bool(os.environ.get(KILL_WORKER) or os.environ.get(RELEASE_REACHED))
+
+
 def on_release_group(task_context: Callable[[], Any]) -> None:
     """Called once per user group by the release UDF; a no-op unless a test set a variable.
     `task_context()` gives the running task (pyspark's `TaskContext.get`; None outside Spark),

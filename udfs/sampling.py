@@ -23,12 +23,13 @@ Two stages, both exact:
      bitset proves its level empty, so the fallback chain is decided exactly in O(|P|/64).
    - other rows (:func:`_list_stage`): the smallest superset list (``order`` prefix or
      ``sector_order`` slice).
-   The loop stops early when a round accepts under 1/16 of its rows (:func:`_give_up`).
+   Each row tries at most ``TRIES`` times (a rule of the row alone: no row's draws or
+   stopping depend on other rows, so a row's output is the same in any batch).
 2. Explicit inverse CDF for rows still pending: weights over the padded candidate list (or a
    dense row of P when the list is a quarter of P or more) in log space (max subtracted, so
    eps up to 1e6 neither overflows nor yields NaN), level decided by which masks are
-   non-empty. The early stop reads only finished rounds (a stopping time), so it does not
-   change any row's law.
+   non-empty. The cap is fixed in advance (a stopping time), so it does not change any
+   row's law.
 A mixture of two draws from the same law is that law, so the output is exactly EM on S_i.
 """
 
@@ -39,6 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from udfs.space import LocationSpace
+from udfs.streams import Stream, as_stream
+
+TRIES = 24  # rejection tries per row before its explicit draw (a per-row rule: see em_sample)
+EXPLICIT = 60_000  # draw index (udfs.streams) of a row's explicit inverse-CDF uniform
 
 _CHUNK_ELEMS = 1 << 20  # padded elements per explicit chunk (bounds temporaries to ~30 MB)
 _BIT_CHUNK = 1 << 16  # rows per bitset-rejection chunk (bounds (rows, words) temporaries)
@@ -219,7 +224,7 @@ def region_bits(space: LocationSpace, d: Domains, rows: np.ndarray):
     return words, idx
 
 
-def _bitset_stage(space, true, c, rng, d: Domains, bits, rows, out, tries):
+def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries):
     """Rejection for ``rows`` (each with at least one sector constraint) with proposals uniform
     over a bitset superset of the row's target level, chosen by exact emptiness tests:
 
@@ -261,20 +266,18 @@ def _bitset_stage(space, true, c, rng, d: Domains, bits, rows, out, tries):
         cumf = np.cumsum(pcf)
         start = np.cumsum(tot) - tot  # global rank of each row's first set bit
         idx = np.arange(sel.size)  # positions into the chunk
-        for _ in range(tries):
+        for t in range(tries):
             if idx.size == 0:
                 break
-            k = np.minimum((rng.random(idx.size) * tot[idx]).astype(np.int64), tot[idx] - 1)
+            rw = sel[idx]
+            k = st.integers(2 * t, tot[idx], rw)
             gw, bit = _select_flat(xf, pcf, cumf, start[idx] + k)
             r = (gw - idx * w) * 64 + bit
-            e = rng.standard_exponential(idx.size)
-            rw = sel[idx]
+            e = st.exponential(2 * t + 1, rw)
             ok = _region_ok(space, d, rw, r) & (
                 c[rw] * space.dist[true[rw], r].astype(np.float64) <= e)
             out[rw[ok]] = r[ok]
             idx = idx[~ok]
-            if _give_up(ok):
-                break
         pending_all.append(sel[idx])
     return np.concatenate(pending_all)
 
@@ -298,14 +301,17 @@ def _member(space, d: Domains, r, level: int):
     return ok
 
 
-def em_sample(space: LocationSpace, true, c, rng: np.random.Generator,
-              domains: Domains | None = None, tries: int = 24) -> np.ndarray:
+def em_sample(space: LocationSpace, true, c, rng: Stream | np.random.Generator,
+              domains: Domains | None = None, tries: int = TRIES) -> np.ndarray:
     """Draw one EM output per row: Pr[r] ∝ exp(-c * D[true, r]) on the row's domain.
 
     ``c`` = epsilon_step / (2 * Delta_u): a scalar or one per row (rows of different budgets
-    may share one call). Returns int64 location ids.
+    may share one call). ``rng``: a `udfs.streams.Stream` with one row per value (each row's
+    draws depend on its own key only: the output of a row does not depend on the other rows)
+    or a numpy Generator (keys drawn from it). Returns int64 location ids.
     """
     true = np.asarray(true, dtype=np.int64)
+    st = as_stream(rng, true.size)
     c = np.broadcast_to(np.asarray(c, dtype=np.float64), true.shape)
     d = domains if domains is not None else Domains()
     out = np.full(true.shape, -1, np.int64)
@@ -320,53 +326,44 @@ def em_sample(space: LocationSpace, true, c, rng: np.random.Generator,
         groups = [(cons[kr[cons] == k], sector_bits(space, 12 // int(k))) for k in ks]
         if cons.size and all(bits is not None for _, bits in groups):
             for rows_k, bits in groups:
-                explicit.append(_bitset_stage(space, true, c, rng, d, bits, rows_k, out, tries))
+                explicit.append(_bitset_stage(space, true, c, st, d, bits, rows_k, out, tries))
             rest = np.ones(true.size, bool)
             rest[cons] = False
             pending = np.flatnonzero(rest)
     if pending.size:
-        explicit.append(_list_stage(space, true, c, rng, _take(d, pending), pending, out, tries))
+        explicit.append(_list_stage(space, true, c, st, _take(d, pending), pending, out, tries))
     pending = np.sort(np.concatenate(explicit)) if explicit else pending
     if pending.size:
-        _explicit(space, true, c, rng, d, pending, out)
+        _explicit(space, true, c, st, d, pending, out)
     return out
 
 
-def _list_stage(space, true, c, rng, dp: Domains, rows, out, tries) -> np.ndarray:
+def _list_stage(space, true, c, st: Stream, dp: Domains, rows, out, tries) -> np.ndarray:
     """Rejection for ``rows`` (``dp`` = their domains) with a uniform proposal over the smallest
     superset list; returns the rows still pending (global indices)."""
     mat, key, start, size = _lists(space, true[rows], dp, use_next=True)
     loc = np.arange(rows.size)  # pending positions into rows / dp
-    for _ in range(tries):
+    for t in range(tries):
         if loc.size == 0:
             break
-        j = np.minimum((rng.random(loc.size) * size[loc]).astype(np.int64), size[loc] - 1)
+        rl = rows[loc]
+        j = st.integers(2 * t, size[loc], rl)
         r = _gather(space, mat[loc], key[loc], start[loc] + j)
-        e = rng.standard_exponential(loc.size)
+        e = st.exponential(2 * t + 1, rl)
         ok = _member(space, _take(dp, loc), r, 0) & (
-            c[rows[loc]] * space.dist[true[rows[loc]], r].astype(np.float64) <= e)
-        out[rows[loc[ok]]] = r[ok]
+            c[rl] * space.dist[true[rl], r].astype(np.float64) <= e)
+        out[rl[ok]] = r[ok]
         loc = loc[~ok]
-        if _give_up(ok):
-            break
     return rows[loc]
 
 
-def _give_up(ok: np.ndarray) -> bool:
-    """Stop rejecting when the last round accepted under 1/16 of its rows (those rows' domains
-    are mostly empty or tiny: the explicit stage is cheaper for them). The rule reads only
-    finished rounds (a stopping time), so each row's output is still either an accepted draw
-    (EM law) or an explicit draw (EM law): exactness is unaffected."""
-    return ok.size > 0 and 16 * int(ok.sum()) < ok.size
-
-
-def _explicit(space, true, c, rng, d: Domains, rows, out) -> None:
+def _explicit(space, true, c, st: Stream, d: Domains, rows, out) -> None:
     """Inverse-CDF draws for ``rows`` over padded candidate lists with the fallback chain."""
     dp = _take(d, rows)
     mat, key, start, size = _lists(space, true[rows], dp, use_next=False)
     wide = 4 * size > space.n  # a quarter of P or more: dense rows of P beat padded gathers
     if wide.any():
-        _explicit_dense(space, true, c, rng, _take(dp, np.flatnonzero(wide)), rows[wide], out)
+        _explicit_dense(space, true, c, st, _take(dp, np.flatnonzero(wide)), rows[wide], out)
         keep = np.flatnonzero(~wide)
         rows, dp, mat, key, start, size = (rows[keep], _take(dp, keep), mat[keep], key[keep],
                                            start[keep], size[keep])
@@ -402,17 +399,18 @@ def _explicit(space, true, c, rng, d: Domains, rows, out) -> None:
         need_base.append(sel[~done])
         if done.any():
             rr = rows[sel[done]]
-            r = _inverse_cdf(space, true[rr], c[rr], cand[done], mask[done], rng)
+            u = st.uniform(EXPLICIT, rr)
+            r = _inverse_cdf(space, true[rr], c[rr], cand[done], mask[done], u)
             out[rows[sel[done]]] = r
     rest = np.concatenate(need_base) if need_base else np.empty(0, np.int64)
     if rest.size:
         # Level 2: the base set alone (P, or the region). Candidates: the base list itself.
         base = Domains(region_anchor=d.region_anchor, region_radius=d.region_radius,
                        region_size=d.region_size)
-        _explicit(space, true, c, rng, base, rows[rest], out)
+        _explicit(space, true, c, st, base, rows[rest], out)
 
 
-def _explicit_dense(space, true, c, rng, dp: Domains, rows, out) -> None:
+def _explicit_dense(space, true, c, st: Stream, dp: Domains, rows, out) -> None:
     """Inverse-CDF draws for ``rows`` (domains ``dp``) over all of P: each level of the
     fallback chain is a dense boolean row built from contiguous rows of ``dist`` and
     ``sector12`` (same sets as :func:`_member`)."""
@@ -445,15 +443,15 @@ def _explicit_dense(space, true, c, rng, dp: Domains, rows, out) -> None:
         logw = np.where(mask, logw, -np.inf)
         logw -= logw.max(axis=1, keepdims=True)
         cum = np.cumsum(np.exp(logw), axis=1)
-        u = rng.random(m) * cum[:, -1]
+        u = st.uniform(EXPLICIT, rr) * cum[:, -1]
         out[rr] = np.argmax(cum > u[:, None], axis=1)
 
 
-def _inverse_cdf(space, true, c, cand, mask, rng) -> np.ndarray:
+def _inverse_cdf(space, true, c, cand, mask, u) -> np.ndarray:
     logw = -c[:, None] * space.dist[true[:, None], cand].astype(np.float64)
     logw = np.where(mask, logw, -np.inf)
     logw -= logw.max(axis=1, keepdims=True)
     cum = np.cumsum(np.exp(logw), axis=1)
-    u = rng.random(true.size) * cum[:, -1]
+    u = u * cum[:, -1]
     j = np.argmax(cum > u[:, None], axis=1)
     return cand[np.arange(true.size), j]

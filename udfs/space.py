@@ -157,6 +157,18 @@ class LocationSpace:
         _, idx = tree.query(_unit_vectors(np.asarray(lat), np.asarray(lon)))
         return np.asarray(idx, dtype=np.int64)
 
+    def nearest_unit(self, xyz) -> np.ndarray:
+        """Nearest location id of P to each unit vector (..., 3) (same tree as `nearest`)."""
+        from scipy.spatial import cKDTree
+
+        tree = self._cache.get("kdtree")
+        if tree is None:
+            tree = cKDTree(_unit_vectors(self.coords[:, 0], self.coords[:, 1]))
+            self._cache["kdtree"] = tree
+        xyz = np.asarray(xyz, dtype=np.float64)
+        _, idx = tree.query(xyz.reshape(-1, 3))
+        return np.asarray(idx, dtype=np.int64).reshape(xyz.shape[:-1])
+
     def cached(self, key, build):
         """Return ``self._cache[key]``, building it with ``build()`` on first use."""
         val = self._cache.get(key)

@@ -13,9 +13,10 @@ import numpy as np
 from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.errors import InvalidParameterError
 from udfs.granularity import CANDIDATES, choose_granularity
-from udfs.mechanisms.krr import KRR, krr_perturb
+from udfs.mechanisms.krr import KRR, krr_from_uniforms
 from udfs.sampling import Domains, em_sample, region_sizes
 from udfs.space import LocationSpace
+from udfs.streams import Stream, as_stream
 
 COPIES = (("A", 1), ("B", 0))  # copy A: pivots at odd positions; copy B: pivots at even ones
 
@@ -38,7 +39,7 @@ def resolve_granularity(granularity, eps_dir: float) -> int:
 
 
 def perturb_copy(space: LocationSpace, traj: np.ndarray, parity: int, eps_point: float,
-                 eps_dir: float, g: int, rng: np.random.Generator,
+                 eps_dir: float, g: int, rng: Stream | np.random.Generator,
                  region: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """One copy of TP step 2 for a length group (N, n): :func:`perturb_copy_batch` with every
     row of length n and the same budgets."""
@@ -48,11 +49,26 @@ def perturb_copy(space: LocationSpace, traj: np.ndarray, parity: int, eps_point:
                               eps_dir * full, np.full(n_rows, g), rng, region)
 
 
+# Steps of a trajectory's counter-based stream (`udfs.streams`): one site per step kind.
+SITE_SINGLE = 1  # the 'one_copy' EM draw of a length-1 trajectory
+SITE_EXP, SITE_UNIFORM = 2, 3  # the baselines' per-point draws
+ANCHOR, RADIUS, PIVOT, DIR_PREV, DIR_NEXT, POINT = range(6)  # offsets within a copy's sites
+
+
+def copy_site(parity: int, step: int) -> int:
+    """Site of `step` in the copy whose pivots have index parity `parity` (A: 1, B: 0)."""
+    return 16 * (2 if parity == 1 else 3) + step
+
+
 def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray, parity: int,
                        eps_point: np.ndarray, eps_dir: np.ndarray, g: np.ndarray,
-                       rng: np.random.Generator,
+                       rng: Stream | np.random.Generator,
                        region: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """One copy of TP step 2 for N trajectories of any lengths; returns the copy's (N, L) output.
+
+    ``rng``: a `udfs.streams.Stream` with one key per trajectory (or a Generator to draw
+    them from); each draw is addressed by (step, position), so a trajectory's copy does not
+    depend on the other rows of the call.
 
     ``traj`` is (N, L) with row i valid in its first ``lens[i]`` positions (the rest is padding
     and comes back as padding); eps_point, eps_dir and g are per row (functions of the row's
@@ -62,6 +78,7 @@ def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray,
     non-pivot is EM over base ∩ perturbed sectors (fallbacks in `udfs.sampling`) with eps_point.
     """
     lens = np.asarray(lens, dtype=np.int64)
+    st = as_stream(rng, traj.shape[0])
     pos = np.arange(traj.shape[1])
     valid = pos[None, :] < lens[:, None]
     c_row = eps_point / (2.0 * space.diameter) if space.diameter > 0 else 0.0 * eps_point
@@ -76,7 +93,8 @@ def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray,
 
     pr, pc = np.nonzero(valid & (pos % 2 == parity)[None, :])  # row-major (trajectory, pos)
     if pr.size:
-        out[pr, pc] = em_sample(space, traj[pr, pc], c_row[pr], rng, base_for(pr))
+        out[pr, pc] = em_sample(space, traj[pr, pc], c_row[pr],
+                                st.at(copy_site(parity, PIVOT), pc, pr), base_for(pr))
     nr, nc = np.nonzero(valid & (pos % 2 != parity)[None, :])
     if nr.size == 0:
         return out
@@ -100,13 +118,17 @@ def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray,
                            for i in first])[inv[nr]]
         s_prev = space.sector12[prev_piv, true].astype(np.int64) // k
         s_next = space.sector12[next_piv, true].astype(np.int64) // k
-        prev_sec = np.where(has_prev, krr_perturb(s_prev, gk, p_true, rng), 0)
-        next_sec = np.where(has_next, krr_perturb(s_next, gk, p_true, rng), 0)
+        sp_, sn_ = st.at(copy_site(parity, DIR_PREV), nc, nr), st.at(copy_site(parity, DIR_NEXT),
+                                                                      nc, nr)
+        prev_sec = np.where(has_prev, krr_from_uniforms(s_prev, gk, p_true, sp_.uniform(0),
+                                                        sp_.uniform(1)), 0)
+        next_sec = np.where(has_next, krr_from_uniforms(s_next, gk, p_true, sn_.uniform(0),
+                                                        sn_.uniform(1)), 0)
     d = base_for(nr)
     d.prev_pivot, d.prev_sector, d.has_prev = prev_piv, prev_sec, has_prev
     d.next_pivot, d.next_sector, d.has_next = next_piv, next_sec, has_next
     d.k = k
-    out[nr, nc] = em_sample(space, true, c_row[nr], rng, d)
+    out[nr, nc] = em_sample(space, true, c_row[nr], st.at(copy_site(parity, POINT), nc, nr), d)
     return out
 
 
@@ -145,20 +167,21 @@ def per_length(lens: np.ndarray, fn) -> list[np.ndarray]:
     return list(vals[inv].T)
 
 
-def split_single(mech, traj: np.ndarray, lens, rng: np.random.Generator):
-    """Perturb the length-1 rows under the 'one_copy' rule (first, in input order) and return
-    (out, indices of the other rows, their trajectories, their lengths)."""
+def split_single(mech, traj: np.ndarray, lens, st: Stream):
+    """Perturb the length-1 rows under the 'one_copy' rule and return (out, indices of the
+    other rows, their trajectories, their lengths, their stream)."""
     lens = np.asarray(lens, dtype=np.int64)
     out = np.array(traj, dtype=np.int64, copy=True)
     one = lens == 1 if mech.single_point == "one_copy" else np.zeros(lens.shape, bool)
     if one.any():
-        out[one, :1] = single_point_perturb(mech.space, traj[one, :1], mech.epsilon_total, rng)
+        out[one, :1] = single_point_perturb(mech.space, traj[one, :1], mech.epsilon_total,
+                                            st.at(SITE_SINGLE, 0, np.flatnonzero(one)))
     rest = np.flatnonzero(~one)
-    return out, rest, traj[rest], lens[rest]
+    return out, rest, traj[rest], lens[rest], st.take(rest)
 
 
 def single_point_perturb(space: LocationSpace, traj: np.ndarray, epsilon: float,
-                         rng: np.random.Generator) -> np.ndarray:
+                         rng: Stream | np.random.Generator) -> np.ndarray:
     """Length-1 rows (N, 1) under the 'one_copy' rule: EM over P with the whole epsilon.
 
     Deviation from DESIGN.md (which runs two eps/2 copies and combines them): with one point
@@ -199,32 +222,41 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
         lens = np.full(a.shape[0], a.shape[1])
     valid = np.arange(a.shape[1])[None, :] < np.asarray(lens)[:, None]
     rows, cols = np.nonzero(valid)  # only real points: padding costs nothing
-    outputs = np.where(np.concatenate([valid, valid], axis=1), np.concatenate([a, b], axis=1), -1)
+    outputs = np.concatenate([a, b], axis=1)  # (N, 2L): both copies' outputs of each row
+    both = np.concatenate([valid, valid], axis=1)
+    # (point, output) pairs of each point's own trajectory, valid outputs only, in order
+    # (a_0..a_{n-1}, b_0..b_{n-1}): bincount sums them sequentially, so a point's total does
+    # not depend on the batch's padded width
+    pt, j = np.nonzero(both[rows])
+    theirs = outputs[rows[pt], j]
     av, bv = a[rows, cols], b[rows, cols]
-    candidates = [av, bv] if how == "copy_medoid" else [av, bv, _midpoint(av, bv, space)]
-    theirs = outputs[rows]  # (m, 2L) the outputs of each point's trajectory (-1: padding)
-    cost = np.stack([_total_distance(space, c, theirs) for c in candidates])
+    candidates = [av, bv]
+    if how == "medoid":
+        mid = av.copy()  # a == b: the midpoint is a itself (its cost ties with a, a wins)
+        apart = np.flatnonzero(av != bv)
+        mid[apart] = _midpoint(av[apart], bv[apart], space)
+        candidates.append(mid)
+    cost = np.stack([np.bincount(pt, weights=space.dist[c[pt], theirs], minlength=rows.size)
+                     for c in candidates])
     out = a.copy()
     out[rows, cols] = np.stack(candidates)[np.argmin(cost, axis=0), np.arange(rows.size)]
     return out
 
 
-def _total_distance(space: LocationSpace, points: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-    """(m,): for each point, the sum of D[point, o] over its row of outputs (o >= 0)."""
-    d = space.dist[points[:, None], np.maximum(outputs, 0)]
-    return np.where(outputs >= 0, d, 0.0).sum(axis=1, dtype=np.float64)
-
-
 def _midpoint(a: np.ndarray, b: np.ndarray, space: LocationSpace) -> np.ndarray:
+    """The location of P nearest to the great-circle midpoint of a and b (lower id of the two
+    for antipodal pairs): a KD-tree query of the normalised sum of their unit vectors."""
     from udfs.space import _unit_vectors
 
-    v = (_unit_vectors(space.coords[a, 0], space.coords[a, 1])
-         + _unit_vectors(space.coords[b, 0], space.coords[b, 1]))
+    unit = space.cached("unit_vectors",
+                        lambda: _unit_vectors(space.coords[:, 0], space.coords[:, 1]))
+    v = unit[a] + unit[b]
     norm = np.linalg.norm(v, axis=-1)
-    lat = np.degrees(np.arctan2(v[..., 2], np.hypot(v[..., 0], v[..., 1])))
-    lon = np.degrees(np.arctan2(v[..., 1], v[..., 0]))
-    mid = space.nearest(lat.ravel(), lon.ravel()).reshape(a.shape)
-    return np.where(norm > 1e-9, mid, np.minimum(a, b))
+    ok = norm > 1e-9
+    mid = np.minimum(a, b)
+    if ok.any():
+        mid[ok] = space.nearest_unit(v[ok] / norm[ok, ..., None])
+    return mid
 
 
 def check_combiner(how) -> str:
@@ -272,6 +304,7 @@ class TP(RecordedMechanism):
         object.__setattr__(self, "granularity", check_granularity(self.granularity))
 
     name = "tp"
+    keyed = True  # perturb_batch takes a udfs.streams.Stream (one key per trajectory)
 
     def copy_budget(self, n: int) -> tuple[float, float]:
         """(eps per point, eps per direction) inside one copy of a length-n trajectory."""
@@ -293,17 +326,19 @@ class TP(RecordedMechanism):
             steps += [Step(name, "point", i, pt) for i in range(n)]
         return BudgetRecord(self.name, n, tuple(steps))
 
-    def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
-        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept)."""
+    def perturb_batch(self, traj: np.ndarray, lens, *,
+                      rng: Stream | np.random.Generator) -> np.ndarray:
+        """(N, L) padded trajectories with lengths ``lens`` -> (N, L) outputs (padding kept).
+        ``rng``: one stream key per trajectory (`udfs.streams`), or a Generator to draw them."""
 
         def params(n):
             pt, dr = self.copy_budget(n)
             return pt, dr, resolve_granularity(self.granularity, dr)
 
-        out, rest, t, lens = split_single(self, traj, lens, rng)
+        out, rest, t, lens, st = split_single(self, traj, lens, as_stream(rng, traj.shape[0]))
         if rest.size:
             pt, dr, g = per_length(lens, params)
-            a, b = (perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, rng)
+            a, b = (perturb_copy_batch(self.space, t, lens, parity, pt, dr, g, st)
                     for _, parity in COPIES)
             out[rest] = combine(a, b, self.space, self.combiner, lens)
         return out

@@ -62,6 +62,17 @@ class KRR:
         return krr_perturb(x, self.k, self.p_true, rng)
 
 
+def krr_from_uniforms(x, k, p_true, u_keep, u_other) -> np.ndarray:
+    """k-RR draws from given uniforms in [0, 1): keep iff u_keep < p_true, else the other value
+    (x + 1 + floor(u_other (k - 1))) mod k (k >= 2 per element; scalars broadcast). The
+    counter-based streams of `udfs.streams` supply the uniforms (bias of the floor < k/2^53).
+    """
+    x = np.asarray(x, dtype=np.int64)
+    km1 = np.asarray(k, dtype=np.int64) - 1
+    step = np.minimum((u_other * km1).astype(np.int64), km1 - 1)
+    return np.where(u_keep < p_true, x, (x + 1 + step) % (km1 + 1))
+
+
 def krr_perturb(x, k, p_true, rng: np.random.Generator) -> np.ndarray:
     """k-RR draws for values x with per-element k >= 2 and keep probability p_true (= the
     ``KRR(k, eps).p_true`` of each element; scalars broadcast): keep w.p. p_true, else a

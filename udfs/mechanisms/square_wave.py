@@ -102,9 +102,13 @@ class SquareWave:
         x = np.asarray(x, dtype=np.float64)
         if ((x < 0) | (x > 1) | ~np.isfinite(x)).any():
             raise InvalidParameterError("square wave input must lie in [0, 1]; normalise first")
+        return self.from_uniforms(x, rng.random(x.shape), rng.random(x.shape))
+
+    def from_uniforms(self, x, u_win, u) -> np.ndarray:
+        """The same draw from two given uniforms in [0, 1) per value (`udfs.streams`)."""
+        x = np.asarray(x, dtype=np.float64)
         b = self.b
-        in_win = rng.random(x.shape) < self.c * self.q
-        u = rng.random(x.shape)
+        in_win = u_win < self.c * self.q
         win = x - b + 2 * b * u
         rest = np.where(u < x, u - b, u + b)  # [-b, x-b) ∪ [x+b, 1+b], total length 1
         return np.where(in_win, win, rest)
