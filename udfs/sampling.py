@@ -163,7 +163,7 @@ def _select_flat(xf, pcf, cumf, target) -> np.ndarray:
     """For global ranks ``target`` into the concatenated bitsets xf (flat words, popcounts pcf,
     inclusive cumsum cumf): (global word index, bit index within the word) of that set bit."""
     gw = np.searchsorted(cumf, target, side="right")  # first word whose cumsum exceeds target
-    kk = target - (cumf[gw] - pcf[gw])  # rank within the word
+    kk = target - (cumf[gw] - pcf[gw].astype(np.int64))  # rank within the word
     by = ((xf[gw][:, None] >> _SHIFTS) & np.uint64(0xFF)).astype(np.intp)  # (rows, 8) bytes
     bpc = _POP8[by]
     bcum = np.cumsum(bpc, axis=1)
@@ -244,26 +244,29 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
     for s in range(0, rows.size, _BIT_CHUNK):
         sel = rows[s:s + _BIT_CHUNK]
         rwords, ridx = region_bits(space, d, sel)  # per chunk: bounded memory
-        base = rwords[ridx]
+        exact = ridx < rwords.shape[0] - 1  # exact region bitset: no region test needed
         hp, hn = d.has_prev[sel], d.has_next[sel]
         prev = bits[np.where(hp, d.prev_pivot[sel] * g + d.prev_sector[sel], none)]
-        x = base & prev
-        x &= bits[np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none)]
+        x = bits[np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none)]
+        x &= prev
+        ex = np.flatnonzero(exact)  # the other rows' base is all of P: nothing to AND
+        if ex.size:
+            x[ex] &= rwords[ridx[ex]]
         pc = np.bitwise_count(x)
         tot = pc.sum(axis=1, dtype=np.int64)
         lv1 = np.flatnonzero((tot == 0) & hp)
         if lv1.size:
-            x[lv1] = base[lv1] & prev[lv1]
+            x[lv1] = rwords[ridx[lv1]] & prev[lv1]
             pc[lv1] = np.bitwise_count(x[lv1])
             tot[lv1] = pc[lv1].sum(axis=1, dtype=np.int64)
         lv2 = np.flatnonzero(tot == 0)
         if lv2.size:
-            x[lv2] = base[lv2]
+            x[lv2] = rwords[ridx[lv2]]
             pc[lv2] = np.bitwise_count(x[lv2])
             tot[lv2] = pc[lv2].sum(axis=1, dtype=np.int64)
         w = x.shape[1]
-        xf, pcf = x.ravel(), pc.ravel().astype(np.int64)
-        cumf = np.cumsum(pcf)
+        xf, pcf = x.ravel(), pc.ravel()
+        cumf = np.cumsum(pcf, dtype=np.int64)
         start = np.cumsum(tot) - tot  # global rank of each row's first set bit
         idx = np.arange(sel.size)  # positions into the chunk
         for t in range(tries):
@@ -274,12 +277,26 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
             gw, bit = _select_flat(xf, pcf, cumf, start[idx] + k)
             r = (gw - idx * w) * 64 + bit
             e = st.exponential(2 * t + 1, rw)
-            ok = _region_ok(space, d, rw, r) & (
-                c[rw] * space.dist[true[rw], r].astype(np.float64) <= e)
+            ok = _accept(space, true, c, rw, r, e)
+            check = np.flatnonzero(ok & ~exact[idx])
+            if check.size and d.region_anchor is not None:
+                ok[check] = _region_ok(space, d, rw[check], r[check])
             out[rw[ok]] = r[ok]
             idx = idx[~ok]
         pending_all.append(sel[idx])
     return np.concatenate(pending_all)
+
+
+def _accept(space, true, c, rows, r, e) -> np.ndarray:
+    """The EM acceptance E >= c D[true, r] per row. D[true, r] <= row_max[true], so rows with
+    E >= c row_max[true] accept without reading D (the same event: exact, fewer gathers)."""
+    sure = c[rows] * space.row_max[true[rows]] <= e
+    ok = sure.copy()
+    rest = np.flatnonzero(~sure)
+    if rest.size:
+        rr = rows[rest]
+        ok[rest] = c[rr] * space.dist[true[rr], r[rest]].astype(np.float64) <= e[rest]
+    return ok
 
 
 def _member(space, d: Domains, r, level: int):
@@ -350,8 +367,10 @@ def _list_stage(space, true, c, st: Stream, dp: Domains, rows, out, tries) -> np
         j = st.integers(2 * t, size[loc], rl)
         r = _gather(space, mat[loc], key[loc], start[loc] + j)
         e = st.exponential(2 * t + 1, rl)
-        ok = _member(space, _take(dp, loc), r, 0) & (
-            c[rl] * space.dist[true[rl], r].astype(np.float64) <= e)
+        ok = _accept(space, true, c, rl, r, e)
+        if (dp.region_anchor is not None or dp.prev_pivot is not None
+                or dp.next_pivot is not None):
+            ok &= _member(space, _take(dp, loc), r, 0)
         out[rl[ok]] = r[ok]
         loc = loc[~ok]
     return rows[loc]

@@ -224,20 +224,29 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
     rows, cols = np.nonzero(valid)  # only real points: padding costs nothing
     outputs = np.concatenate([a, b], axis=1)  # (N, 2L): both copies' outputs of each row
     both = np.concatenate([valid, valid], axis=1)
-    # (point, output) pairs of each point's own trajectory, valid outputs only, in order
-    # (a_0..a_{n-1}, b_0..b_{n-1}): bincount sums them sequentially, so a point's total does
-    # not depend on the batch's padded width
-    pt, j = np.nonzero(both[rows])
-    theirs = outputs[rows[pt], j]
+    width = outputs.shape[1]
+    # a_i and b_i are outputs themselves: their totals are row sums of the symmetric distance
+    # matrix among a row's outputs, each pair (p < q) read once. Pairs come in (p, q) order and
+    # bincount sums sequentially, so a total does not depend on the batch's padded width.
+    p_idx, q_idx = np.triu_indices(width, 1)
+    r, e = np.nonzero(both[:, p_idx] & both[:, q_idx])
+    p, q = p_idx[e], q_idx[e]
+    d = space.dist[outputs[r, p], outputs[r, q]]
+    sums = (np.bincount(r * width + p, weights=d, minlength=outputs.size)
+            + np.bincount(r * width + q, weights=d, minlength=outputs.size))
     av, bv = a[rows, cols], b[rows, cols]
     candidates = [av, bv]
+    cost = [sums[rows * width + cols], sums[rows * width + a.shape[1] + cols]]
     if how == "medoid":
         mid = av.copy()  # a == b: the midpoint is a itself (its cost ties with a, a wins)
         apart = np.flatnonzero(av != bv)
         mid[apart] = _midpoint(av[apart], bv[apart], space)
         candidates.append(mid)
-    cost = np.stack([np.bincount(pt, weights=space.dist[c[pt], theirs], minlength=rows.size)
-                     for c in candidates])
+        # (point, output) pairs of each point's own trajectory, in order (a_0.., b_0..)
+        pt, j = np.nonzero(both[rows])
+        theirs = outputs[rows[pt], j]
+        cost.append(np.bincount(pt, weights=space.dist[mid[pt], theirs], minlength=rows.size))
+    cost = np.stack(cost)
     out = a.copy()
     out[rows, cols] = np.stack(candidates)[np.argmin(cost, axis=0), np.arange(rows.size)]
     return out
