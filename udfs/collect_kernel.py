@@ -321,6 +321,9 @@ class ReleaseKernel:
         """Trusted zone only (`trajpriv study`): (user_id, date, traj_id, mechanism, epsilon,
         loc_ids) per setting, with the raw identity kept; the same noise as a release of the
         same settings."""
+        if len(trajectories) == 0:
+            return pd.DataFrame(columns=["user_id", "date", "traj_id", "mechanism", "epsilon",
+                                         "loc_ids"])
         b = Batch.of(trajectories)
         dates = b.days.astype("datetime64[D]").astype(object)
         parts = []
@@ -329,9 +332,6 @@ class ReleaseKernel:
                 "user_id": b.users[b.user_index], "date": dates, "traj_id": b.traj_ids,
                 "mechanism": s.mechanism, "epsilon": float(s.epsilon),
                 "loc_ids": np.split(flat.astype(np.int32), np.cumsum(b.lengths)[:-1])}))
-        if not parts:
-            return pd.DataFrame(columns=["user_id", "date", "traj_id", "mechanism", "epsilon",
-                                         "loc_ids"])
         return pd.concat(parts, ignore_index=True)
 
     def _perturbed(self, b: Batch, space: LocationSpace):

@@ -282,3 +282,19 @@ def test_publish_options_rotate_pseudonyms_per_window_and_keys_per_release(space
     assert not set(out["traj_key"]) & set(other(t, space)["traj_key"])
     with pytest.raises(InvalidParameterError, match="publish.date"):
         K.PublishOptions(date="month")
+
+
+def test_study_rows_carry_the_release_noise_with_the_raw_identity(space):
+    t = _many_users(5)
+    kernel = _kernel([K.Setting("atp", 4.0, "s"), K.Setting("exp", 1.0, "s")])
+    study = kernel.study_rows(t.sample(frac=1, random_state=2), space)
+    release = kernel(t, space)
+    ordered = t.sort_values(["user_id", "date", "traj_id"]).reset_index(drop=True)
+    for s in kernel.settings:
+        mine = study[(study["mechanism"] == s.mechanism) & (study["epsilon"] == s.epsilon)]
+        assert mine["user_id"].tolist() == ordered["user_id"].tolist()
+        assert mine["date"].tolist() == ordered["date"].tolist()
+        assert mine["traj_id"].tolist() == ordered["traj_id"].tolist()
+        got = release[(release["mechanism"] == s.mechanism) & (release["epsilon"] == s.epsilon)]
+        assert [a.tolist() for a in mine["loc_ids"]] == [a.tolist() for a in got["loc_ids"]]
+    assert kernel.study_rows(t.iloc[:0], space).empty
