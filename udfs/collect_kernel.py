@@ -370,10 +370,13 @@ class ReleaseKernel:
         return out
 
 
+_LOCS = pa.list_(pa.field("element", pa.int32()))  # Spark's Arrow form of array<int>
+
+
 def _empty_release() -> dict:
     return {"pseudonym": pa.array([], pa.string()), "traj_key": pa.array([], pa.string()),
             "date": pa.array([], pa.date32()), "mechanism": pa.array([], pa.string()),
-            "epsilon": pa.array([], pa.float64()), "loc_ids": pa.array([], pa.list_(pa.int32())),
+            "epsilon": pa.array([], pa.float64()), "loc_ids": pa.array([], _LOCS),
             "n": pa.array([], pa.int32())}
 
 
@@ -390,7 +393,7 @@ def _columns(s: Setting, keys, pseud, shown, lengths, flat, arrow: bool):
             "mechanism": pa.array([s.mechanism] * n, pa.string()),
             "epsilon": pa.array(np.full(n, float(s.epsilon)), pa.float64()),
             "loc_ids": pa.ListArray.from_arrays(pa.array(offsets),
-                                                pa.array(flat.astype(np.int32))),
+                                                pa.array(flat.astype(np.int32)), type=_LOCS),
             "n": pa.array(lengths.astype(np.int32)),
         })
     dates = (shown.astype("datetime64[D]").astype(object) if shown is not None
