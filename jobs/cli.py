@@ -95,6 +95,10 @@ def run_all(argv: list[str]) -> int:
         print(f"trajpriv {current}: error: {exc}", file=sys.stderr)
         return harness.EXIT_USER_ERROR
     except Exception as exc:
+        env = harness.environment_failure(exc, cfg.storage.root.resolve())
+        if env is not None:  # a full or read-only disk: exit 2 naming the path
+            print(f"trajpriv {current}: error: {env}", file=sys.stderr)
+            return harness.EXIT_USER_ERROR
         print(f"trajpriv {current}: failed: {harness.describe_failure(exc)}", file=sys.stderr)
         return harness.EXIT_FAILURE
     finally:

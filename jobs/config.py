@@ -178,6 +178,12 @@ class IngestConfig(_Section):
     columns: list[str] | None = None
     encoding: str = "utf-8"
     quoting: Literal["none", "csv"] = "none"  # csv: `"a, b"` is one field, `""` a quote
+    # Clock-time exports: `date_from` is a regex on the file name whose group `date` (else
+    # first group) is the day of every record in the file; the timestamps are then times of
+    # day in `ts_format` ('%H.%M') or `ts_unit` counts from that midnight. `date_format`:
+    # strptime of the captured date (None: ISO 8601, 2014-06-01 or 20140601).
+    date_from: str | None = None
+    date_format: str | None = None
     # Which files of an input folder are records: `include` globs (default: the source's
     # suffixes) less `exclude` globs, on the path below `path` or the file name.
     include: list[str] | None = None
@@ -186,7 +192,22 @@ class IngestConfig(_Section):
     order: Literal["time", "file"] = "time"
     grid_deg: float = Field(0.01, gt=0, le=10)
     grid_bbox: tuple[float, float, float, float] | None = None
+    # A location set built on the fly for sources without one: cells of about grid_km x
+    # grid_km km over grid_bbox (required: a public box, never the data's extremes).
+    grid_km: float | None = Field(None, gt=0, le=1000)
     buckets: int = Field(8, ge=1, le=4096)
+
+    @field_validator("date_from")
+    @classmethod
+    def _date_from(cls, value: str | None) -> str | None:
+        import re
+
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc}): {value!r}") from None
+        return value
 
     @field_validator("max_distance_km", "gap_hours", "grid_deg")
     @classmethod
@@ -246,6 +267,19 @@ class IngestConfig(_Section):
             raise ValueError(
                 f"min_len {self.min_len} is above max_len {self.max_len}: no piece could be kept"
             )
+        if self.date_from is not None and self.ts_unit == "datetime":
+            import re
+
+            if not self.ts_format:
+                raise ValueError("date_from needs ts_format, the clock time of a record "
+                                 "(e.g. '%H.%M' or '%H:%M:%S'), or a numeric ts_unit")
+            dated = re.findall(r"%[YymdjbBcxUWGV]", self.ts_format)
+            if dated:
+                raise ValueError(f"with date_from the day comes from the file name: ts_format "
+                                 f"{self.ts_format!r} may hold the time of day only, not {dated}")
+        if self.grid_km is not None and self.grid_bbox is None:
+            raise ValueError("grid_km needs grid_bbox [lat_min, lat_max, lon_min, lon_max]: a "
+                             "public box (a box taken from the data would publish its extremes)")
         if self.grid_bbox is None and self.grid_deg < 0.01:
             raise ValueError(
                 f"grid_deg {self.grid_deg} < 0.01 needs a grid_bbox (global cell ids would "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import logging
 import re
 import secrets
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jobs.config import Config, load_config
@@ -105,6 +107,36 @@ def describe_failure(exc: BaseException) -> str:
     if cause and cause != first:
         return _clip(f"{name}: {cause} (in: {first[:120]})")
     return _clip(f"{name}: {first}")
+
+
+_ENV_ERRNO = {  # errno -> (what happened, the fix): the machine's fault, not the code's
+    errno.ENOSPC: ("no space left on device", "free space or move storage.root to a larger disk"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or move storage.root elsewhere"),
+    errno.EROFS: ("read-only file system", "point storage.root at a writable folder"),
+}
+_ENV_TEXT = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+             "Read-only file system": errno.EROFS}
+
+
+def environment_failure(exc: BaseException, root: Path) -> str | None:
+    """One line for a failure of the machine rather than of the job (a disk that fills during
+    a write, a root remounted read-only): what happened, the path, the fix; None for anything
+    else. Found as an OSError in the exception chain, or as the OS's words inside a wrapped
+    JVM or Python-worker error (`java.io.IOException: No space left on device`)."""
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _ENV_ERRNO:
+            what, fix = _ENV_ERRNO[cur.errno]
+            return f"{what} at {cur.filename or root} (storage.root {root}): {fix}"
+        cur = cur.__cause__ or cur.__context__
+    text = str(exc)
+    for words, code in _ENV_TEXT.items():
+        if words in text:
+            what, fix = _ENV_ERRNO[code]
+            at = re.search(re.escape(str(root)) + r"[^\s'\"),;]*", text)
+            return f"{what} at {at.group(0) if at else root} (storage.root {root}): {fix}"
+    return None
 
 
 def _clip(text: str) -> str:
@@ -218,6 +250,11 @@ def main(
         return EXIT_USER_ERROR
     except Exception as exc:
         log.debug("stage %s failed", stage, exc_info=True)
+        env = environment_failure(exc, cfg.storage.root.resolve())
+        if env is not None:  # the machine's fault: exit 2 with the path, cause in the log
+            log.error("stage %s: %s", stage, describe_failure(exc))
+            print(f"trajpriv {stage}: error: {env}", file=sys.stderr)
+            return EXIT_USER_ERROR
         print(f"trajpriv {stage}: failed: {describe_failure(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     finally:

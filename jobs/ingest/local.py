@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.config import Config
-from jobs.ingest.locmap import LocationSet
+from jobs.ingest.locmap import Grid, LocationSet
 from jobs.ingest.readers.pipeline import ingest_local
 from jobs.ingest.readers.plan import plan_inputs
 from udfs.errors import InputDataError
@@ -26,8 +26,14 @@ def ingest_config_local(cfg: Config) -> tuple[dict[str, pd.DataFrame], LocationS
     if plan.kind != "text":
         raise InputDataError(f"{plan.where}: the local ingestion reads text inputs only")
     tables, locations = ingest_local([Path(f) for f in plan.files], plan.opts, plan.locations)
+    if isinstance(locations, Grid) and locations.bbox is not None:  # every cell of the box
+        cells = locations.frame()
+        ids = cells["loc_id"].to_numpy(np.int64)
+        return tables, LocationSet(ids, cells["lat"].to_numpy(), cells["lon"].to_numpy(),
+                                   ids.astype(str).astype(object))
     if not isinstance(locations, LocationSet):
-        raise InputDataError(f"{plan.where}: the local ingestion needs an explicit location set")
+        raise InputDataError(f"{plan.where}: the local ingestion needs a location set or a "
+                             "grid with a box (ingest.grid_bbox)")
     return tables, locations
 
 

@@ -7,7 +7,9 @@ Two kinds of location set:
 - `Grid`: square cells of `cell_deg` degrees (0.01 as in the Geolife preprocessing) for sources
   without a location set (PLT). Without a bounding box, cell ids are global
   (row * 36000 + col for 0.01 degrees) so they never depend on the data; with a box they count
-  from the box's corner and points outside it are too far.
+  from the box's corner and points outside it are too far. `km_grid` (`ingest.grid_km`):
+  cells of about `km` x `km` km over a configured box, for any source without a location set;
+  every point inside the box maps to its cell (no distance limit), one outside is too far.
 
 Row shape: parsed frame in -> the same rows plus `loc_id` (int64, -1 where rejected).
 """
@@ -124,10 +126,21 @@ class LocationSet:
 
 @dataclass(frozen=True)
 class Grid:
-    """Square cells of `cell_deg` degrees; optional box (lat_min, lat_max, lon_min, lon_max)."""
+    """Square cells of `cell_deg` degrees; optional box (lat_min, lat_max, lon_min, lon_max).
+
+    `km` (a `km_grid`): cells `cell_deg` high and `lon_deg` wide, about `km` km on each side
+    at the box's middle latitude."""
 
     cell_deg: float = 0.01
     bbox: tuple[float, float, float, float] | None = None
+    km: float | None = None
+
+    @property
+    def lon_deg(self) -> float:
+        if self.km is None or self.bbox is None:
+            return self.cell_deg
+        mid = math.radians((self.bbox[0] + self.bbox[1]) / 2)
+        return self.km / (KM_PER_DEG * max(math.cos(mid), 1e-6))
 
     @property
     def _origin(self) -> tuple[float, float]:
@@ -141,7 +154,7 @@ class Grid:
         if self.bbox is None:
             return cells(180.0), cells(360.0)
         lat0, lat1, lon0, lon1 = self.bbox
-        return cells(lat1 - lat0), cells(lon1 - lon0)
+        return cells(lat1 - lat0), math.ceil((lon1 - lon0) / self.lon_deg - 1e-9)
 
     def assign(self, lat: np.ndarray, lon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(loc_id, distance_km to the cell centre); -1 and inf outside the box."""
@@ -149,7 +162,7 @@ class Grid:
         lat0, lon0 = self._origin
         with np.errstate(invalid="ignore"):
             r = np.floor((np.asarray(lat) - lat0) / self.cell_deg)
-            c = np.floor((np.asarray(lon) - lon0) / self.cell_deg)
+            c = np.floor((np.asarray(lon) - lon0) / self.lon_deg)
             inside = np.isfinite(r) & np.isfinite(c) & (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
         ids = np.where(inside, np.where(inside, r, 0) * cols + np.where(inside, c, 0), -1)
         ids = ids.astype(np.int64)
@@ -163,7 +176,7 @@ class Grid:
         loc_id = np.asarray(loc_id, dtype=np.int64)
         return (
             lat0 + (loc_id // cols + 0.5) * self.cell_deg,
-            lon0 + (loc_id % cols + 0.5) * self.cell_deg,
+            lon0 + (loc_id % cols + 0.5) * self.lon_deg,
         )
 
     def frame(self, loc_id: np.ndarray | None = None) -> pd.DataFrame:
@@ -176,6 +189,45 @@ class Grid:
         loc_id = np.unique(np.asarray(loc_id, dtype=np.int64))
         lat, lon = self.centres(loc_id)
         return pd.DataFrame({"loc_id": loc_id, "lat": lat, "lon": lon})
+
+
+KM_PER_DEG = math.pi * EARTH_RADIUS_KM / 180.0  # km per degree of latitude (111.19)
+MAX_GRID_CELLS = 4_000_000  # a grid_km grid publishes every cell of its box
+
+
+def km_grid(km: float, bbox: tuple[float, float, float, float] | None) -> Grid:
+    """`ingest.grid_km`: cells of about km x km over the configured box `ingest.grid_bbox`.
+
+    The box must be configured, not taken from the data: a box spanning the records would
+    publish their extreme coordinates (the northernmost record's latitude is one user's
+    point), and the published cell list would change with who is in the data. With a public
+    box the location set is a function of the config alone."""
+    if bbox is None:
+        raise InputDataError(
+            "ingest.grid_km needs ingest.grid_bbox [lat_min, lat_max, lon_min, lon_max]: a "
+            "public box (a city's, a region's); a box taken from the data would publish its "
+            "extreme points")
+    grid = Grid(km / KM_PER_DEG, tuple(bbox), km)
+    rows, cols = grid.shape
+    if rows * cols > MAX_GRID_CELLS:
+        raise InputDataError(
+            f"ingest.grid_km {km:g} over the box {list(bbox)} makes {rows * cols:,} cells, more "
+            f"than {MAX_GRID_CELLS:,}: raise grid_km or shrink grid_bbox")
+    return grid
+
+
+def location_figures(locations: Locations | None) -> dict:
+    """What a run's figures say about its location set (settings, all public)."""
+    if isinstance(locations, Grid):
+        rows, cols = locations.shape
+        out = {"location_set": "grid_km" if locations.km is not None else "grid_deg",
+               "grid_bbox": list(locations.bbox) if locations.bbox is not None else None}
+        if locations.km is not None:
+            out.update(grid_km=locations.km, grid_cells=rows * cols)
+        return out
+    if isinstance(locations, LocationSet):
+        return {"location_set": "file"}
+    return {"location_set": "record ids"}
 
 
 Locations = LocationSet | Grid
@@ -194,7 +246,7 @@ def map_points(parsed: pd.DataFrame, locations: Locations, max_distance_km: floa
     lon = out["lon"].to_numpy()
     if isinstance(locations, Grid):
         ids, dist = locations.assign(lat[todo], lon[todo])
-        ok = (ids >= 0) & (dist <= max_distance_km)
+        ok = (ids >= 0) & ((dist <= max_distance_km) | (locations.km is not None))
         sub = np.where(ok, ids, -1)
         bad = np.where(~ok, Reason.TOO_FAR.value, None)
     else:

@@ -36,7 +36,14 @@ import pandas as pd
 import pyarrow as pa
 
 from jobs.config import Config
-from jobs.ingest.locmap import Grid, Locations, derive_locations, load_locations, map_points
+from jobs.ingest.locmap import (
+    Grid,
+    Locations,
+    derive_locations,
+    load_locations,
+    location_figures,
+    map_points,
+)
 from jobs.ingest.readers import slots48, telecom
 from jobs.ingest.readers.arrow import PARSED_ARROW, PARSED_DDL, UNION_DDL, from_arrow, to_arrow
 from jobs.ingest.readers.pipeline import (
@@ -62,6 +69,16 @@ OUT_BATCH = 100_000  # rows per Arrow batch a kernel hands back to the JVM
 GIVEN_DDL = PARSED_DDL + ", given_loc string"  # parsed rows that still carry the given id
 GIVEN_ARROW = PARSED_ARROW.append(pa.field("given_loc", pa.string()))
 
+
+#: Figures of an ingest run that go to `trajpriv_pub.runs` and the console line: settings and
+#: facts public by design (the dataset, the source and input path of the config, the size of
+#: the published `trajpriv_pub.locations`, a grid's cells, the wall time). Every count of the
+#: raw data (records read, accepted, quarantined by reason, points, trajectories, dropped
+#: pieces, slot days, files) and the phase timings and rate (records_per_s = records / time)
+#: are exact raw-derived figures: they stay in the trusted run folder
+#: `<storage.root>/runs/<run_id>/figures.json` (0600), whose path the console line names.
+PUBLIC_FIGURES = ("dataset", "source", "input", "locations", "location_set", "grid_km",
+                  "grid_bbox", "grid_cells", "trusted_figures", "finished_ingests", "wall_s")
 
 _GLOB_CHARS = "\\*?[]{}"
 
@@ -174,12 +191,13 @@ def union_rows(spark, plan: InputPlan, partitions: int):
             .toPandas()
         )
         if agg.empty:
-            counts = {r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()}
+            reasons = sorted(r["reason"] or "no location id" for r in
+                             parsed.select("reason").distinct().collect())
             rejected = _examples(parsed.where("reason IS NOT NULL"), sources)
             raise InputDataError(
                 f"no record in {plan.where} was accepted: none is valid and names a location id, "
-                f"so there is no location set (set ingest.locations_path); records by reason "
-                f"{counts}; first rejected: {rejected}. Nothing was written."
+                f"so there is no location set (set ingest.locations_path); reasons {reasons}; "
+                f"first rejected: {rejected}. Nothing was written."
             )
         locations = derive_locations(agg.assign(reason=None))
     parsed = parsed_rows(spark, plan, locations, sources)
@@ -267,13 +285,15 @@ def count_staged(staged, plan: InputPlan, n_read_override: int | None):
 
 
 def _examples(rejected, sources: list[str] | None = None, k: int = 3) -> str:
-    """'file line N: reason (record)' for the first k rejected rows (file, line order).
+    """'file line N: reason' for the first k rejected rows (file, line order).
 
     `sources`: the file list when `source` is a file number (parsed rows), None when a path.
+    The message may reach the published run log (its `error`): it names where to look, never
+    the record's content (that is raw data) nor counts of the raw data.
     """
     first = (
         rejected.orderBy("source", "line")
-        .select("source", "line", "reason", "record")
+        .select("source", "line", "reason")
         .limit(k)
         .collect()
     )
@@ -282,7 +302,7 @@ def _examples(rejected, sources: list[str] | None = None, k: int = 3) -> str:
         return sources[int(r["source"])] if sources is not None else r["source"]
 
     return "; ".join(
-        f"{where(r)} line {r['line']}: {r['reason']} ({(r['record'] or '')[:60]!r})" for r in first
+        f"{where(r)} line {r['line']}: {r['reason']}" for r in first
     )
 
 
@@ -292,9 +312,10 @@ def _refuse_if_nothing_accepted(staged, figures: dict[str, Any], plan: InputPlan
     if figures["records_accepted"] > 0:
         return
     examples = _examples(staged.where("kind = 'quarantine'"))
+    reasons = sorted(figures["quarantined_by_reason"])
     raise InputDataError(
-        f"no record of {figures['records_read']} in {plan.where} was accepted "
-        f"({figures['quarantined_by_reason']}); first rejected: {examples}. Nothing was written."
+        f"no record in {plan.where} was accepted (reasons {reasons}); first rejected: "
+        f"{examples}. Nothing was written."
     )
 
 
@@ -424,6 +445,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         t_parsed = time.perf_counter() - t0
         staged = spark.read.parquet(str(folder / "union"))
         figures, dates = count_staged(staged, plan, n_read)
+        figures.update(location_figures(locations))
         _refuse_if_nothing_accepted(staged, figures, plan)
         t_staged = time.perf_counter() - t0
         stage_locations(spark, staged, locations, folder, cfg.dataset)
@@ -444,13 +466,12 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     figures["parse_shape_s"] = round(t_parsed, 2)
     figures["count_s"] = round(t_staged - t_parsed, 2)
     figures["records_per_s"] = round(figures["records_read"] / max(wall, 1e-9), 1)
-    log.info(
-        "ingest %s: read %d, accepted %d, quarantined %s",
-        cfg.dataset,
-        figures["records_read"],
-        figures["records_accepted"],
-        figures["quarantined_by_reason"],
-    )
+    figures["dataset"] = cfg.dataset
+    figures["trusted_figures"] = str(cfg.storage.runs_dir / ctx.run_id / "figures.json")
+    # The counts are raw-derived: the log line (task logs are read where the console is)
+    # names where they are, not the counts themselves.
+    log.info("ingest %s: done; read/accepted/quarantined counts in %s", cfg.dataset,
+             figures["trusted_figures"])
     return figures
 
 

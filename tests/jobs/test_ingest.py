@@ -261,7 +261,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_pat
     (allbad / "a.plt").write_text("h\nh\nh\nh\nh\nh\n0,0,0,1,1,2008-10-24,02:00:00\n40.0,116.3,0\n")
     with pytest.raises(
         InputDataError,
-        match=r"no record of 2 in .*allbad was accepted .*"
+        match=r"no record in .*allbad was accepted .*"
         r"a\.plt line 7: null_island",
     ):
         _run(spark, _cfg(spark_config, "bad3", source="plt", path=tmp_path / "allbad"))
@@ -287,7 +287,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(spark, spark_config, tmp_pat
     nohead.write_text("a,b\n1,2\n")
     with pytest.raises(InputDataError, match=r"nohead\.csv line 1: header .* lacks"):
         _run(spark, _cfg(spark_config, "bad4", source="checkins", path=nohead))
-    with pytest.raises(InputDataError, match="need a location file"):
+    with pytest.raises(InputDataError, match="need a location set"):
         _run(spark, _cfg(spark_config, "bad5", source="telecom", path=nohead))
 
 
@@ -366,3 +366,41 @@ def test_an_ingest_killed_among_its_table_writes_is_finished_by_the_next_stage(
                  buckets=2, path=landing / "records", locations_path=landing / "stations.csv")
     _run(spark, fresh)
     assert done == _table_rows(spark, "tele_commit_ref")  # what an undisturbed ingest writes
+
+
+RAW_COUNTS = ("records_read", "records_accepted", "records_quarantined", "quarantined_by_reason",
+              "points", "trajectories", "trajectories_dropped", "trajectories_dropped_by_reason",
+              "slot_days", "files", "records_per_s")
+
+
+def test_the_runs_row_and_console_line_carry_no_raw_count(spark, spark_config):
+    """Defect: ingest had no PUBLIC_FIGURES, so the exact counts of the raw data (records
+    read, quarantined by reason, trajectories, ...) went unnoised to trajpriv_pub.runs and the
+    console. Now they stay in the trusted run folder's figures.json (0600)."""
+    import json
+    import stat
+
+    from jobs.harness import public_view, summarise
+
+    landing = spark_config.storage.landing / "tele_private"
+    _telecom_files(landing)
+    cfg = _cfg(spark_config, "tele_private", source="telecom", max_distance_km=0.5, buckets=2,
+               path=landing / "records", locations_path=landing / "stations.csv")
+    run_id = "ingest-privacy-test"
+    figures = execute("ingest", ingest.run, cfg, argparse.Namespace(), spark, run_id)
+    assert figures["records_read"] == 12  # the stage still counts (trusted zone)
+
+    row = spark.sql(f"SELECT figures FROM trajpriv_pub.runs WHERE run_id = '{run_id}'").collect()
+    published = json.loads(row[0]["figures"])
+    console = summarise(public_view(ingest.run, figures))
+    for key in RAW_COUNTS:
+        assert key not in published, key
+        assert f"{key}=" not in console, key
+    assert set(published) <= set(ingest.PUBLIC_FIGURES) | {"error"}
+    assert published["dataset"] == "tele_private" and published["locations"] == 3
+
+    trusted = cfg.storage.runs_dir / run_id / "figures.json"
+    assert published["trusted_figures"] == str(trusted)
+    assert stat.S_IMODE(trusted.stat().st_mode) == 0o600
+    kept = json.loads(trusted.read_text())
+    assert kept["records_read"] == 12 and kept["quarantined_by_reason"]["duplicate"] == 1

@@ -111,6 +111,7 @@ def telecom_lines() -> list[tuple[str, str | None]]:
         ("2,2014-06-01 10:00:00,,31.2,-200,", "coordinate_out_of_range"),
         ("2,2014-06-01 10:00:00,,0,0,", "null_island"),
         ("2,yesterday,,31.2,121.4,", "unparsable_timestamp"),
+        ("2,9999-12-31 10:00:00,,31.2,121.4,", "timestamp_out_of_range"),  # beyond pandas
         ("2,2013-06-01 10:00:00,,31.2,121.4,", "outside_window"),
         ("2,2014-06-01 10:00:00,,31.2", "truncated_line"),
         (",2014-06-01 10:00:00,,31.2,121.4,", "unparsable_line"),
@@ -466,3 +467,24 @@ def test_quoted_csv_with_ingest_quoting_csv():
     assert parsed["reason"].tolist() == [None, None, "unparsable_line"]
     assert parsed["user_id"].tolist()[:2] == ["Smith, J.", 'say "hi"']
     assert parsed["lat"].tolist()[:2] == [31.2, 31.2]
+
+
+def test_clock_times_and_counts_from_the_day_in_the_file_name():
+    """`ingest.date_from`: the day of every record comes from the file name; the timestamps
+    are clock times (ts_format) or ts_unit counts from that midnight."""
+    from jobs.ingest.readers.pipeline import parse_file
+
+    clock = ReaderOptions(source="telecom", ts_format="%H:%M", date_from=r"(\d{4}-\d{2}-\d{2})")
+    content = b"user,start,end,lat,lon\n1,08:05,08:20,31.2,121.4\n1,23:50,00:10,31.2,121.4\n"
+    parsed = parse_file(content, "/x/2014-06-01/day_2014-06-03.csv", clock)
+    assert parsed["ts"].astype(str).tolist() == ["2014-06-03 08:05:00", "2014-06-03 23:50:00"]
+    assert parsed["end_ts"].astype(str).tolist() == ["2014-06-03 08:20:00",
+                                                     "2014-06-04 00:10:00"]  # after midnight
+    seconds = ReaderOptions(source="telecom", ts_unit="seconds", date_from=r"_(\d{8})\.",
+                            date_format="%Y%m%d")
+    content = b"user,start,lat,lon\n1,29100,31.2,121.4\n1,-5,31.2,121.4\n"
+    parsed = parse_file(content, "cdr_20140601.csv", seconds)
+    assert parsed["ts"].astype(str).tolist() == ["2014-06-01 08:05:00", "2014-05-31 23:59:55"]
+    # a name whose captured text is no date in date_format is refused, naming the file
+    with pytest.raises(InputDataError, match=r"cdr_20141341\.csv: '20141341'.* is not a date"):
+        parse_file(content, "cdr_20141341.csv", seconds)

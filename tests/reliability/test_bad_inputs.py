@@ -875,6 +875,147 @@ CASES: list[Case] = [
         raises=InputDataError,
         match=r"not a whole gzip file .* cut short or is corrupt",
     ),
+    # --- issue 19, second batch: clock times, dates beyond pandas, quoted lines, grids, disks
+    Case(
+        "clock_times_date_from_file_name",
+        "ingest_local (telecom, tab, no header)",
+        "`H.MM` clock times, the day in the file name `cdr_20140601.txt` (ingest.date_from)",
+        lambda t: _clock_times(t),
+        check=lambda res: _clock_times_ok(res),
+    ),
+    Case(
+        "clock_file_name_without_date",
+        "jobs.ingest.readers.pipeline.parse_file",
+        "clock times in a file whose name holds no date (`cdr_latest.txt`)",
+        lambda t: _clock_times(t, name="cdr_latest.txt"),
+        raises=InputDataError,
+        match=r"cdr_latest\.txt: the file name does not match ingest\.date_from",
+    ),
+    Case(
+        "clock_ts_format_with_a_date",
+        "jobs.config.load_config",
+        "date_from with ts_format '%Y-%m-%d %H:%M' (the day would come from two places)",
+        _set("ingest.date_from=(\\d{8})", "ingest.ts_format='%Y-%m-%d %H:%M'"),
+        raises=ConfigError,
+        match=r"ts_format .* may hold the time of day only",
+    ),
+    Case(
+        "date_9999_12_31",
+        "ingest_local (telecom csv)",
+        "start `9999-12-31 10:00:00` (valid, beyond pandas' 1677-2262 timestamps)",
+        lambda t: _ingest_csv(t, [record(ts="9999-12-31 10:00:00")]),
+        reason="timestamp_out_of_range",
+    ),
+    Case(
+        "end_sentinel_9999",
+        "ingest_local (telecom csv)",
+        "end `9999-12-31 23:59:59` (an open-ended stay's sentinel)",
+        lambda t: _ingest_csv(
+            t, [b"u1,2014-06-01 11:00:00,9999-12-31 23:59:59,31.2500,121.5000,"]),
+        reason="timestamp_out_of_range",
+    ),
+    Case(
+        "end_unparsable",
+        "ingest_local (telecom csv)",
+        "end `soon` (read as a missing end before: the stay silently lost its end)",
+        lambda t: _ingest_csv(t, [b"u1,2014-06-01 11:00:00,soon,31.2500,121.5000,"]),
+        reason="unparsable_timestamp",
+    ),
+    Case(
+        "epoch_seconds_beyond_range",
+        "ingest_local (telecom csv)",
+        "ts_unit seconds, start 1e12 (year 33658)",
+        lambda t: _epoch_seconds(t, extra=b"u1,1000000000000,,31.21,121.41,2\n"),
+        reason="timestamp_out_of_range",
+    ),
+    Case(
+        "quoted_field_spanning_lines",
+        "ingest_local (telecom csv, quoting: csv)",
+        "a quoted note field holding two line breaks and a blank line",
+        lambda t: _quoted(t, b'u1,2014-06-01 11:00:00,,31.25,121.5,4,"line one\n\nline, three"'),
+        check=lambda res: _quoted_ok(res),
+    ),
+    Case(
+        "quote_left_open",
+        "ingest_local (telecom csv, quoting: csv)",
+        "a quote opened and never closed (it must not swallow the rest of the file)",
+        lambda t: _quoted(t, b'u1,2014-06-01 11:00:00,,31.25,121.5,4,"never closed'),
+        reason="unparsable_line",
+    ),
+    Case(
+        "grid_km_point_outside_box",
+        "ingest_local (telecom, ingest.grid_km)",
+        "a record outside grid_bbox, no location file (grid_km 1)",
+        lambda t: _grid_km(t, [record(lat="40.0", lon="116.4")]),
+        reason="too_far",
+    ),
+    Case(
+        "grid_km_without_box",
+        "jobs.config.load_config",
+        "ingest.grid_km=1 without ingest.grid_bbox (a box from the data leaks its extremes)",
+        _set("ingest.grid_km=1"),
+        raises=ConfigError,
+        match=r"grid_km needs grid_bbox",
+    ),
+    Case(
+        "grid_km_too_many_cells",
+        "jobs.ingest.locmap.km_grid",
+        "grid_km 0.01 over a 10 x 10 degree box",
+        lambda t: __import__("jobs.ingest.locmap").ingest.locmap.km_grid(
+            0.01, (30.0, 40.0, 110.0, 120.0)),
+        raises=InputDataError,
+        match=r"cells, more than 4,000,000: raise grid_km or shrink grid_bbox",
+    ),
+    Case(
+        "root_is_a_file",
+        "jobs.spark.session.check_root (before any JVM)",
+        "storage.root names a file",
+        lambda t: _check_root(_write(t / "data", b"x"), 0),
+        raises=TrajprivError,
+        match=r"storage\.root .*/data is a file, not a folder",
+    ),
+    Case(
+        "root_read_only",
+        "jobs.spark.session.check_root (before any JVM)",
+        "storage.root on a read-only file system (os.access says no, as on EROFS)",
+        lambda t: _check_root(t / "data", 0, writable=False),
+        raises=TrajprivError,
+        match=r"storage\.root .*/data: .* is not writable by this user",
+    ),
+    Case(
+        "disk_full_at_start",
+        "jobs.spark.session.check_root (before any JVM)",
+        "less free space on the root's disk than storage.min_free_mb",
+        lambda t: _check_root(t / "data", 1e15),
+        raises=TrajprivError,
+        match=r"storage\.root .*/data: only \d+ MiB free on its disk",
+    ),
+    Case(
+        "disk_full_during_a_write",
+        "jobs.harness.main (a stage's write fails)",
+        "OSError ENOSPC while a stage writes under the root",
+        lambda t: _stage_fails(t, OSError(28, "No space left on device",
+                                          str(t / "data" / "staging" / "part-0.parquet"))),
+        check=lambda res: _env_exit_ok(res, "no space left on device at ", "part-0.parquet"),
+    ),
+    Case(
+        "disk_full_inside_spark",
+        "jobs.harness.main (a stage's write fails)",
+        "a Py4J error whose cause is `java.io.IOException: No space left on device`",
+        lambda t: _stage_fails(t, RuntimeError(
+            "An error occurred while calling o262.insertInto.\n: org.apache.spark."
+            "SparkException: Job aborted.\n\tat org.apache.spark.sql.X\nCaused by: "
+            f"java.io.IOException: No space left on device: {t / 'data'}/warehouse/x.parquet"
+            "\n\tat java.io.FileOutputStream.writeBytes")),
+        check=lambda res: _env_exit_ok(res, "no space left on device at ", "warehouse/x.parquet"),
+    ),
+    Case(
+        "read_only_during_a_write",
+        "jobs.harness.main (a stage's write fails)",
+        "OSError EROFS (the root remounted read-only mid-run)",
+        lambda t: _stage_fails(t, OSError(30, "Read-only file system", str(t / "data" / "runs"))),
+        check=lambda res: _env_exit_ok(res, "read-only file system at ", "/data/runs"),
+    ),
 ]
 
 
@@ -890,15 +1031,15 @@ def _trailing_comma_header(tmp: Path) -> Ingested:
     return Ingested(tables, len(GOOD), len(GOOD))
 
 
-def _epoch_seconds(tmp: Path) -> Ingested:
+def _epoch_seconds(tmp: Path, extra: bytes = b"") -> Ingested:
     import datetime as dt
 
     path = tmp / "records.csv"
     path.write_bytes(HEADER + b"u1,1401609600,1401610800,31.2,121.4,1\n"
-                              b"u1,1401613200,,31.21,121.41,2\n")
+                              b"u1,1401613200,,31.21,121.41,2\n" + extra)
     opts = ReaderOptions(source="telecom", ts_unit="seconds", time_origin=dt.datetime(1970, 1, 1))
     tables, _ = ingest_local([path], opts, STATIONS)
-    return Ingested(tables, 2, 2)
+    return Ingested(tables, 2 + bool(extra), 2)
 
 
 def _cut_gzip(tmp: Path):
@@ -909,6 +1050,93 @@ def _cut_gzip(tmp: Path):
     whole = gzip.compress(HEADER + b"\n".join(GOOD * 20) + b"\n")
     return parse_file(whole[: len(whole) // 2], str(tmp / "records.csv.gz"),
                       ReaderOptions(source="telecom"))
+
+
+def _clock_times(tmp: Path, name: str = "cdr_20140601.txt") -> Ingested:
+    """A tab-separated, header-less export with H.MM clock times; the day is in the name."""
+    path = tmp / name
+    path.write_bytes(b"u1\t8.05\t8.20\t121.4000\t31.2000\n"
+                     b"u1\t9.30\t\t121.4100\t31.2100\n"
+                     b"u1\t23.50\t0.10\t121.4500\t31.2200\n")  # ends after midnight
+    opts = ReaderOptions(source="telecom", sep="\t", header=False,
+                         columns=("user", "start", "end", "lon", "lat"), ts_format="%H.%M",
+                         date_from=r"cdr_(?P<date>\d{8})", date_format="%Y%m%d")
+    tables, _ = ingest_local([path], opts, STATIONS)
+    return Ingested(tables, 3, 3)
+
+
+def _clock_times_ok(res: Ingested) -> None:
+    _all_accepted(res)
+    ts = sorted(res.tables["points"]["ts"].astype(str))
+    assert ts == ["2014-06-01 08:05:00", "2014-06-01 09:30:00", "2014-06-01 23:50:00"], ts
+
+
+def _quoted(tmp: Path, bad: bytes) -> Ingested:
+    """A quoted export with a free-text `note` column after the station."""
+    path = tmp / "records.csv"
+    good = [b'"u1","2014-06-01 08:00:00","2014-06-01 08:20:00",31.2,121.4,1,"a, b"',
+            b'u1,2014-06-01 09:00:00,,31.21,121.41,2,""',
+            b'u1,2014-06-01 10:00:00,,31.22,121.45,3,"say ""hi"""']
+    path.write_bytes(b"user,start,end,lat,lon,station,note\n" + b"\n".join([good[0], bad,
+                                                                             *good[1:]]) + b"\n")
+    tables, _ = ingest_local([path], ReaderOptions(source="telecom", quoted=True), STATIONS)
+    return Ingested(tables, 4, 3)
+
+
+def _quoted_ok(res: Ingested) -> None:
+    _all_accepted(res)
+    pts = res.tables["points"].sort_values("ts")
+    assert pts["loc_id"].tolist() == [1, 2, 3, 4]  # the spanning record is one record, line 3
+
+
+def _grid_km(tmp: Path, bad: list[bytes]) -> Ingested:
+    from jobs.ingest.locmap import km_grid
+
+    path = tmp / "records.csv"
+    path.write_bytes(HEADER + b"\n".join([*GOOD, *bad]) + b"\n")
+    grid = km_grid(1.0, (31.0, 31.5, 121.0, 121.8))
+    tables, _ = ingest_local([path], ReaderOptions(source="telecom"), grid)
+    return Ingested(tables, len(GOOD) + len(bad), len(GOOD))
+
+
+def _check_root(root: Path, min_free_mb: float, writable: bool = True) -> None:
+    import os
+    from unittest import mock
+
+    from jobs.spark.session import check_root
+
+    if writable:
+        return check_root(root, min_free_mb)
+    with mock.patch.object(os, "access", lambda path, mode: False):
+        return check_root(root, min_free_mb)
+
+
+def _stage_fails(tmp: Path, exc: Exception) -> tuple[int, str]:
+    """`trajpriv <stage>` (harness.main) whose stage raises `exc`, with a stand-in session
+    (no JVM): the exit code and what it printed on stderr."""
+    import io
+    from unittest import mock
+
+    import jobs.spark.session as session
+    from jobs import harness
+
+    def stage(spark, cfg, ctx):
+        raise exc
+
+    err = io.StringIO()
+    with (mock.patch.object(session, "get_spark", lambda cfg: None),
+          mock.patch.object(session, "stop_spark", lambda spark: None),
+          contextlib.redirect_stderr(err)):
+        code = harness.main("ingest", stage, ["--set", f"storage.root={tmp / 'data'}"])
+    return code, err.getvalue()
+
+
+def _env_exit_ok(res: tuple[int, str], what: str, path: str) -> None:
+    code, err = res
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("trajpriv ")]  # no log
+    assert code == 2 and len(lines) == 1 and err.strip().endswith(lines[0]), err
+    assert lines[0].startswith(f"trajpriv ingest: error: {what}") and path in lines[0], err
+    assert "storage.root" in lines[0], err
 
 
 def outcome(case: Case, tmp: Path) -> str:
@@ -924,6 +1152,8 @@ def outcome(case: Case, tmp: Path) -> str:
         return f"UNTYPED {type(exc).__name__}: {exc}"
     if case.xfail:
         return f"**KNOWN GAP (xfail)**: accepted silently; {case.xfail}"
+    if isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], int):  # (exit, stderr)
+        return f"exit {res[0]}: `{res[1].strip().splitlines()[-1]}`"
     if isinstance(res, Ingested):
         q = res.quarantine_reasons
         if q:

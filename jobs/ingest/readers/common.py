@@ -35,6 +35,9 @@ class Reason(StrEnum):
     COORDINATE_OUT_OF_RANGE = "coordinate_out_of_range"  # |lat| > 90 or |lon| > 180
     NULL_ISLAND = "null_island"  # exactly (0, 0): a GPS fix that never happened
     UNPARSABLE_TIMESTAMP = "unparsable_timestamp"
+    # a valid date the pipeline's nanosecond timestamps cannot hold (before 1677-09-21 or after
+    # 2262-04-11, e.g. the sentinel 9999-12-31): no mobility record, so not read as one
+    TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
     OUTSIDE_WINDOW = "outside_window"
     TOO_FAR = "too_far"  # farther than max_distance_km from every location
     UNKNOWN_LOCATION = "unknown_location"  # a location id that is not in the location set
@@ -107,11 +110,14 @@ class Lines:
 _CONTROL = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # C0 controls but tab, LF and CR; and DEL
 
 
-def split_lines(content: bytes, *, skip: int = 0) -> Lines:
+def split_lines(content: bytes, *, skip: int = 0, quoted: bool = False) -> Lines:
     """Split `content` into lines, skip `skip` header lines and blank lines, flag bad UTF-8.
 
     The whole file is decoded at once when it is valid UTF-8 (the fast path); otherwise each
     line is decoded on its own and the broken ones keep their bytes as `\\xNN` escapes.
+    `quoted`: CSV quoting, so a line whose `"` quotes are left open continues on the next
+    line(s) (a quoted field spanning lines): they form one record, numbered by its first line.
+    A quote still open at the end of the file joins nothing (its lines are read one by one).
     """
     raw = content.split(b"\n")
     terminated_last = content.endswith(b"\n")
@@ -144,6 +150,10 @@ def split_lines(content: bytes, *, skip: int = 0) -> Lines:
     byte = np.frombuffer(content, dtype=np.uint8)
     if (((byte < 32) & (byte != 9) & (byte != 10) & (byte != 13)) | (byte == 127)).any():
         control = text_s.str.contains(_CONTROL, regex=True).to_numpy(dtype=bool)  # rare path
+    if quoted and len(lines) and (byte == ord('"')).any():
+        text_s, number, bad, control, unterminated = _join_quoted(
+            text_s, number, bad, control, unterminated, skip)
+        keep = (number > skip) & (text_s.str.strip() != "").to_numpy()
     return Lines(
         text=text_s[keep].reset_index(drop=True),
         line=number[keep],
@@ -154,15 +164,54 @@ def split_lines(content: bytes, *, skip: int = 0) -> Lines:
     )
 
 
+def _join_quoted(text: pd.Series, number: np.ndarray, bad: np.ndarray, control: np.ndarray,
+                 unterminated: np.ndarray, skip: int):
+    """Join the lines of a quoted field that spans lines (see `split_lines`): a data line
+    continues the previous one when the quotes before it are left open (an odd count)."""
+    odd = (text.str.count('"').to_numpy() % 2).astype(np.int64)
+    odd[:skip] = 0
+    open_after = np.cumsum(odd) % 2 == 1  # a quote is open after this line
+    cont = np.r_[False, open_after[:-1]]
+    if not cont.any():
+        return text, number, bad, control, unterminated
+    if open_after[-1]:  # a quote open at the end: the last group is not joined
+        starts = np.flatnonzero(~cont)
+        cont[starts[-1]:] = False
+    group = np.cumsum(~cont) - 1
+    firsts = np.flatnonzero(~cont)
+    values = text.tolist()
+    joined = [values[i] for i in firsts]
+    for g in np.unique(group[cont]):
+        members = np.flatnonzero(group == g)
+        joined[g] = "\n".join(values[i] for i in members)
+    n = len(firsts)
+
+    def any_of(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=flags.astype(np.int64), minlength=n) > 0
+
+    last = np.r_[firsts[1:], len(values)] - 1
+    return (pd.Series(joined, dtype=object), number[firsts], any_of(bad), any_of(control),
+            unterminated[last])
+
+
 def split_quoted(text: pd.Series, sep: str, n_fields: int) -> tuple[pd.DataFrame, np.ndarray]:
     """`split_fields` for CSV quoting (`"a, b",c`, `""` for a quote): Python's csv module
-    line by line, so a separator inside quotes is no field boundary. A field may not span
-    lines. Surplus blank fields are dropped as in `split_fields`."""
-    rows = list(csv.reader(text.tolist(), delimiter=sep, quotechar='"', strict=False))
+    line by line, so a separator inside quotes is no field boundary (a field spanning lines
+    arrives joined, `split_lines(quoted=True)`). Surplus blank fields are dropped as in
+    `split_fields`."""
+    values = text.tolist()
+    rows = list(csv.reader(values, delimiter=sep, quotechar='"', strict=False))
+    if len(rows) != len(values):  # a quote left open made the reader run on into later lines
+        rows = [next(csv.reader([v], delimiter=sep, quotechar='"', strict=False), [])
+                for v in values]
     count = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     for i in np.flatnonzero(count > n_fields):
         if all(not f.strip() for f in rows[i][n_fields:]):
             rows[i], count[i] = rows[i][:n_fields], n_fields
+    # A quote left open (an odd count: `split_lines` joined no continuation for it) is a
+    # malformed line, not a field running to the end of the line: unparsable (count above).
+    open_quote = np.flatnonzero(text.str.count('"').to_numpy() % 2 == 1)
+    count[open_quote] = n_fields + 1
     padded = [r[:n_fields] + [None] * (n_fields - len(r)) for r in rows]
     fields = pd.DataFrame(padded, columns=list(range(n_fields)), dtype=object)
     if fields.empty:
@@ -383,9 +432,13 @@ def coordinate_checks(lat: np.ndarray, lon: np.ndarray) -> list[tuple[np.ndarray
     ]
 
 
-def timestamp_checks(ts: pd.Series, window: Window) -> list[tuple[np.ndarray, str]]:
+def timestamp_checks(ts: pd.Series, window: Window,
+                     out_of_range: np.ndarray | None = None) -> list[tuple[np.ndarray, str]]:
+    """Out of the timestamps' range, unparsable (NaT), outside the window: in this order."""
     nat = ts.isna().to_numpy()
+    far = np.zeros(len(nat), dtype=bool) if out_of_range is None else out_of_range
     return [
+        (far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
         (nat, Reason.UNPARSABLE_TIMESTAMP.value),
         (~nat & window.outside(ts), Reason.OUTSIDE_WINDOW.value),
     ]
@@ -400,12 +453,14 @@ def line_reasons(
     lon: np.ndarray,
     ts: pd.Series,
     window: Window,
+    ts_bad: list[tuple[np.ndarray, str]] | None = None,
 ) -> pd.Series:
     """Each line's quarantine reason (None = accepted), the same rules for every text reader.
 
     In priority order: non-UTF-8 bytes, a control character, too few fields (truncated), too
     many fields or a field that does not parse (`unparsable`), the coordinate checks, the
-    timestamp checks. A final line
+    timestamp checks (`ts_bad`: further (mask, reason) checks of the timestamps, such as an
+    end that does not parse, checked before the start's). A final line
     without its newline that fails a check was most likely cut short: it says truncated.
     """
     checks = [
@@ -415,6 +470,7 @@ def line_reasons(
         (count > n_fields, Reason.UNPARSABLE_LINE.value),
         (unparsable, Reason.UNPARSABLE_LINE.value),
         *coordinate_checks(lat, lon),
+        *(ts_bad or []),
         *timestamp_checks(ts, window),
     ]
     reason = first_reason(len(count), checks)

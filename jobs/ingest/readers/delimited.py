@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import re
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import numpy as np
 import pandas as pd
 
 from jobs.ingest.readers.common import (
     Lines,
+    Reason,
     Window,
     line_reasons,
     normalise_name,
@@ -40,6 +43,9 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+_NO_END = frozenset({"", "null", "none", "na", "n/a", "nan", "nat"})  # an end not given
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """Which roles a source needs and how its timestamps are written."""
@@ -55,7 +61,10 @@ class TableSpec:
     header: bool = True  # False: no header line; `columns` names the fields in file order
     columns: tuple[str, ...] = ()
     encoding: str = "utf-8"
-    quoted: bool = False  # CSV quoting: `"a, b"` is one field
+    quoted: bool = False  # CSV quoting: `"a, b"` is one field (and may span lines)
+    # The day of every record of this file when its timestamps are clock times or counts from
+    # midnight (`ingest.date_from`: taken from the file name); None: timestamps carry the date.
+    day: dt.date | None = None
 
     def header_line(self, first_line: str | None) -> str:
         """The header the roles are found in: the file's first line, or the given columns."""
@@ -93,27 +102,86 @@ def resolve_header(header: str, spec: TableSpec, path: str) -> tuple[dict[str, i
     return found, len(names)
 
 
+PANDAS_MIN, PANDAS_MAX = pd.Timestamp.min, pd.Timestamp.max  # 1677-09-21 .. 2262-04-11
+# the same bounds as Python datetimes, inside them by a microsecond (no nanoseconds to drop)
+_PY_MIN = dt.datetime(1677, 9, 21, 0, 12, 44)
+_PY_MAX = dt.datetime(2262, 4, 11, 23, 47, 16)
+
+
+def file_date(path: str, pattern: str, fmt: str | None) -> dt.date:
+    """The date `ingest.date_from` takes from a file's name (else from its whole path): the
+    regex's group `date`, else its first group, else the whole match; read with `fmt`
+    (strptime; None: ISO 8601, `2014-06-01` or `20140601`). InputDataError naming the file
+    when it does not match or holds no date: its records could not be dated."""
+    rx = re.compile(pattern)
+    m = rx.search(PurePath(path).name) or rx.search(str(path))
+    if m is None:
+        raise InputDataError(
+            f"{path}: the file name does not match ingest.date_from {pattern!r}, so its clock "
+            "times have no date: rename the file, fix the pattern, or exclude the file "
+            "(ingest.exclude)")
+    text = m.group("date") if "date" in rx.groupindex else m.group(1) if rx.groups else m.group(0)
+    try:
+        if fmt:
+            return dt.datetime.strptime(text, fmt).date()
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise InputDataError(
+            f"{path}: {text!r}, taken from the file name by ingest.date_from, is not a date "
+            f"in {fmt or 'ISO 8601'} (set ingest.date_format)") from None
+
+
+def _beyond_pandas(text: pd.Series, ts: pd.Series, fmt: str | None) -> np.ndarray:
+    """Rows whose text is a valid date that pandas' nanosecond timestamps cannot hold
+    (9999-12-31): Python's datetime reads years 1-9999. Only failed rows are tried."""
+    out = np.zeros(len(text), dtype=bool)
+    failed = np.flatnonzero(ts.isna().to_numpy())  # NaT rows only (few): blanks skip below
+    for i in failed:
+        value = str(text.iloc[i]).strip() if pd.notna(text.iloc[i]) else ""
+        if not value:
+            continue
+        try:
+            stamp = (dt.datetime.strptime(value, fmt) if fmt else
+                     dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            continue
+        stamp = stamp.replace(tzinfo=None)
+        out[i] = not (_PY_MIN <= stamp <= _PY_MAX)
+    return out
+
+
 def parse_timestamps(text: pd.Series, spec: TableSpec) -> tuple[pd.Series, np.ndarray]:
-    """(timestamps, garbage): numeric units count from ts_origin; NaT where unparsable."""
+    """(timestamps, out_of_range): numeric units count from ts_origin (from the file's day
+    with `spec.day`); NaT where unparsable; `out_of_range` marks valid times pandas cannot
+    hold (`timestamp_out_of_range`, not `unparsable_timestamp`)."""
     if spec.ts_unit == "datetime" and spec.ts_format:  # an explicit strptime format
         ts = pd.to_datetime(text.fillna("").astype(str).str.strip(), format=spec.ts_format,
                             errors="coerce")
         if getattr(ts.dt, "tz", None) is not None:
             ts = ts.dt.tz_convert("UTC") if spec.utc_offsets == "utc" else ts
             ts = ts.dt.tz_localize(None)
-        return pd.Series(ts, index=text.index), np.zeros(len(text), dtype=bool)
+        ts = pd.Series(ts, index=text.index)
+        if spec.day is not None:  # clock times: the time of day on the file's day
+            ts = pd.Timestamp(spec.day) + (ts - ts.dt.normalize())
+        far = _beyond_pandas(text, ts, spec.ts_format) if spec.day is None else np.zeros(
+            len(text), dtype=bool)
+        return ts, far
     if spec.ts_unit == "datetime":
         ts = parse_datetime(text, spec.utc_offsets)
-        return ts, np.zeros(len(text), dtype=bool)
+        return ts, _beyond_pandas(text, ts, None)
     values, _ = parse_float(text)
     finite = np.isfinite(values)
     unit = {"minutes": 60.0, "seconds": 1.0, "milliseconds": 1e-3}[spec.ts_unit]
+    origin = pd.Timestamp(spec.day) if spec.day is not None else pd.Timestamp(spec.ts_origin)
     ns = np.where(finite, values * unit * 1e9, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
-        ok = finite & (np.abs(ns) < 9e18)
-    stamps = pd.Timestamp(spec.ts_origin) + pd.to_timedelta(np.where(ok, ns, 0).astype(np.int64))
+        # within what a nanosecond timestamp holds, counted from the origin
+        room_hi = float(PANDAS_MAX.value - origin.value)
+        room_lo = float(PANDAS_MIN.value - origin.value)
+        ok = finite & (ns < min(room_hi, 9e18)) & (ns > max(room_lo, -9e18))
+    stamps = origin + pd.to_timedelta(np.where(ok, ns, 0).astype(np.int64))
     ts = pd.Series(stamps).where(ok)
-    return ts, np.zeros(len(text), dtype=bool)
+    return ts, finite & ~ok
 
 
 def parse_delimited(
@@ -123,7 +191,8 @@ def parse_delimited(
 
     `header`: the file's header line when the caller already checked it (else the first line).
     """
-    lines: Lines = split_lines(recode(content, spec.encoding), skip=1 if spec.header else 0)
+    lines: Lines = split_lines(recode(content, spec.encoding), skip=1 if spec.header else 0,
+                               quoted=spec.quoted)
     head = spec.header_line(header if header is not None else
                             (lines.header[0] if lines.header else ""))
     roles, n_cols = resolve_header(head, spec, path)
@@ -141,12 +210,26 @@ def parse_delimited(
 
     lat, lat_bad = parse_float(col("lat"))
     lon, lon_bad = parse_float(col("lon"))
-    ts, _ = parse_timestamps(col("ts"), spec)
-    end_ts = parse_timestamps(col("end"), spec)[0] if "end" in roles else None
+    ts, ts_far = parse_timestamps(col("ts"), spec)
+    ts_bad = [(ts_far, Reason.TIMESTAMP_OUT_OF_RANGE.value)]
+    end_ts = None
+    if "end" in roles:
+        end_text = col("end")
+        end_ts, end_far = parse_timestamps(end_text, spec)
+        if spec.day is not None:  # a clock time before the start: the stay ended next day
+            end_ts = end_ts.where(~(end_ts < ts), end_ts + pd.Timedelta(days=1))
+        # an end that is written but does not parse is no missing end (it was read as one)
+        garbage = end_ts.isna().to_numpy() & ~end_far
+        if garbage.any():  # of the NaT ends, the written ones that are no "missing" word
+            words = end_text[garbage].fillna("").astype(str).str.strip().str.lower()
+            garbage[garbage] = ~words.isin(_NO_END).to_numpy()
+        ts_bad += [(end_far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
+                   (garbage, Reason.UNPARSABLE_TIMESTAMP.value)]
     user = col("user", strip=True)
     no_user = (user.fillna("") == "").to_numpy()
     given = col("loc", strip=True).replace("", None) if "loc" in roles else None
-    reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad, lat, lon, ts, window)
+    reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad, lat, lon, ts, window,
+                          ts_bad)
     return parsed_frame(
         source=path,
         line=lines.line,

@@ -28,7 +28,7 @@ from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, m
 from jobs.ingest.readers import checkins, plt, telecom
 from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.ingest.readers.common import Reason, Window
-from jobs.ingest.readers.delimited import TableSpec, parse_delimited
+from jobs.ingest.readers.delimited import TableSpec, file_date, parse_delimited
 from udfs.errors import InputDataError
 
 
@@ -53,6 +53,8 @@ class ReaderOptions:
     columns: tuple[str, ...] = ()
     encoding: str = "utf-8"
     quoted: bool = False
+    date_from: str | None = None  # regex on the file name: the day of clock-time records
+    date_format: str | None = None  # strptime of the date it captures (None: ISO 8601)
 
 
 def table_spec(opts: ReaderOptions) -> TableSpec:
@@ -80,7 +82,11 @@ def parse_file(
     if opts.source == "plt":
         return plt.parse_plt(content, path, opts.window)
     if opts.source in ("checkins", "telecom"):
-        return parse_delimited(content, path, table_spec(opts), opts.window, header=header)
+        spec = table_spec(opts)
+        if opts.date_from:
+            spec = dataclasses.replace(spec, day=file_date(path, opts.date_from,
+                                                           opts.date_format))
+        return parse_delimited(content, path, spec, opts.window, header=header)
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.config import Config, IngestConfig
-from jobs.ingest.locmap import Grid, Locations, load_locations
+from jobs.ingest.locmap import Grid, Locations, km_grid, load_locations
 from jobs.ingest.readers import slots48, telecom
 from jobs.ingest.readers.common import Window
-from jobs.ingest.readers.delimited import resolve_header
+from jobs.ingest.readers.delimited import file_date, resolve_header
 from jobs.ingest.readers.pipeline import ReaderOptions
 from udfs.errors import InputDataError
 
@@ -55,6 +55,8 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         columns=tuple(icfg.columns or ()),
         encoding=icfg.encoding,
         quoted=icfg.quoting == "csv",
+        date_from=icfg.date_from,
+        date_format=icfg.date_format,
     )
 
 
@@ -66,7 +68,7 @@ def input_paths(cfg: Config) -> tuple[Path, Path | None]:
     locs = icfg.locations_path
     if icfg.source == "telecom":
         path = path or landing / "records"
-        if locs is None and (landing / "stations.csv").is_file():
+        if locs is None and icfg.grid_km is None and (landing / "stations.csv").is_file():
             locs = landing / "stations.csv"
     if path is None:
         raise InputDataError(f"ingest.path is not set: source {icfg.source!r} needs an input path")
@@ -117,24 +119,26 @@ def plan_inputs(cfg: Config) -> InputPlan:
     if all(f.stat().st_size == 0 for f in files):
         raise InputDataError(f"input {path} is empty: {len(files)} file(s), all of 0 bytes")
     files = [f for f in files if f.stat().st_size > 0]
-    if icfg.source == "plt":
-        locations: Locations | None = (
-            load_locations(locs, icfg.locations_format)
-            if locs is not None
-            else Grid(icfg.grid_deg, icfg.grid_bbox)
-        )
-    elif locs is not None:
-        locations = load_locations(locs, icfg.locations_format)
+    if locs is not None:
+        locations: Locations | None = load_locations(locs, icfg.locations_format)
+    elif icfg.grid_km is not None:  # a public grid over the configured (public) box
+        locations = km_grid(icfg.grid_km, icfg.grid_bbox)
+    elif icfg.source == "plt":
+        locations = Grid(icfg.grid_deg, icfg.grid_bbox)
     elif icfg.source == "checkins":
         locations = None
     else:
         raise InputDataError(
-            f"telecom records at {path} need a location file: set ingest.locations_path "
-            f"(or run datagen, which writes {cfg.storage.landing / cfg.dataset / 'stations.csv'})"
+            f"telecom records at {path} need a location set: set ingest.locations_path, or "
+            "ingest.grid_km with ingest.grid_bbox for a grid (or run datagen, which writes "
+            f"{cfg.storage.landing / cfg.dataset / 'stations.csv'})"
         )
     parquet = [f for f in files if f.name.lower().endswith(".parquet")]
     if parquet and icfg.source != "telecom":
         raise InputDataError(f"{parquet[0]}: Parquet input is read for source telecom only")
+    if parquet and icfg.date_from:
+        raise InputDataError(f"{parquet[0]}: ingest.date_from dates clock times of text files; "
+                             "Parquet timestamps carry their date (unset date_from)")
     if parquet and len(parquet) != len(files):
         raise InputDataError(f"input {path} mixes Parquet and text files; keep one format")
     for f in parquet:
@@ -167,6 +171,8 @@ def plan_inputs(cfg: Config) -> InputPlan:
         spec = table_spec(opts)
         if not spec.header:  # the given columns must name every role, whatever the files
             resolve_header(spec.header_line(None), spec, f"{path} (ingest.columns)")
+        for f in files if opts.date_from else []:  # every file must name its day
+            file_date(str(f), opts.date_from, opts.date_format)
         for f in files if spec.header else []:
             head = _head(f, spec.encoding)
             resolve_header(head, spec, str(f))  # raises naming the file and the missing column
