@@ -9,11 +9,16 @@ udfs.mobility against test.data, as bench/reproduce_pategail.py, whose helpers t
   the epsilon (models.budget.noise_for_epsilon), target_epsilon set to it; the DP start
   distribution takes `--start-share` of the epsilon in pure epsilon (start_hist_epsilon);
 - uniform random (every slot an independent uniform location) and real.data (the reference).
+`--mechanisms` picks the PateGAIL release mechanisms (default laplace,gaussian) and
+`--destinations` the destination modes (default public; `public,learned` adds a row per
+mechanism with the policy's learned destination head, train.destination: learned, issue 16
+lever 5, at the same noise and epsilon).
 Each cell: mean +- sd over `--seeds`. Default `--rounds 50` (reproduce_pategail's; the papers
 train longer): 18 trainings of about 0.4 s a round at one thread, about 7 minutes in all under
 load 3 (25 rounds: 3.5 minutes). Prints a table and writes JSON (--out).
 Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/reproduce_synthesis.py [--rounds 50]
-       [--seeds 0,1,2] [--epsilons 1,4,10] [--out results.json]
+       [--seeds 0,1,2] [--epsilons 1,4,10] [--mechanisms laplace,gaussian]
+       [--destinations public,learned] [--out results.json]
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ def main() -> None:
     ap.add_argument("--start-share", type=float, default=0.25)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mechanisms", default="laplace,gaussian")
+    ap.add_argument("--destinations", default="public")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -70,10 +77,12 @@ def main() -> None:
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
                      **summarise(runs, (*METRICS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
-        for mech in ("laplace", "gaussian"):
+        for mech, dest in [(m, d) for m in args.mechanisms.split(",") if m
+                           for d in args.destinations.split(",") if d]:
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
                                scheme="pategail", critic_kind=None, mechanism=mech, beta=0.0,
-                               start_hist_epsilon=args.start_share * e, delta=DELTA)
+                               start_hist_epsilon=args.start_share * e, delta=DELTA,
+                               destination=dest)
             lam = noise_for_epsilon(base, data.n_users, data.coords, args.rounds, e)
             sd = lam * (np.sqrt(2) if mech == "laplace" else 1.0)
             runs = []
@@ -82,20 +91,22 @@ def main() -> None:
                                           target_epsilon=e * (1 + 1e-9))
                 r = run_one(cfg, data, env, test, true_starts, seed)
                 runs.append({**r, "spent": r["epsilon"]})
-                print(f"pategail {mech} eps {e:g} seed {seed}: {r['seconds']:.0f}s "
+                print(f"pategail {mech} {dest} eps {e:g} seed {seed}: {r['seconds']:.0f}s "
                       f"{r['rounds']} rounds spent {r['epsilon']:.4g} (noise sd {sd:.4g})",
                       flush=True)
-            rows.append({"method": f"PateGAIL {mech.capitalize()}", "epsilon": e,
+            label = f"PateGAIL {mech.capitalize()}" + (" learned dest" if dest == "learned"
+                                                        else "")
+            rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*METRICS, "spent",
                                                                      "rounds")), "runs": runs})
 
     def cell(v, fmt=".4f"):
         return "-" if v is None else f"{v[0]:{fmt}}+-{v[1]:{fmt}}"
 
-    print(f"\n{'method':22s} {'eps':>4s} {'noise':>9s} " + " ".join(f"{c:>15s}" for c in METRICS)
+    print(f"\n{'method':34s} {'eps':>4s} {'noise':>9s} " + " ".join(f"{c:>15s}" for c in METRICS)
           + f" {'spent':>13s}")
     for r in rows:
-        print(f"{r['method']:22s} {r['epsilon']!s:>4s} {r.get('setting', ''):>9s} "
+        print(f"{r['method']:34s} {r['epsilon']!s:>4s} {r.get('setting', ''):>9s} "
               + " ".join(f"{cell(r[c]):>15s}" for c in METRICS)
               + f" {cell(r.get('spent'), '.3f'):>13s}")
     print(f"\n{args.rounds} rounds, seeds {seeds}, delta {DELTA:g}; "

@@ -19,6 +19,7 @@ PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": 
 PILOTS = ("history", "laplace")
 MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
+DESTINATIONS = ("public", "learned")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class TrainConfig:
     k_nearest: int = 200
     explore_exponent: float = 0.6
     episodes_per_round: int = 64
+    # where explore and return moves go: "public" = the environment's fixed public
+    # distributions (rank k^-alpha among the K nearest; visit counts); "learned" = the policy's
+    # destination head tilts them by distance-band features, trained by the same PPO on the
+    # released rewards (models/policy.py; nothing private enters the policy)
+    destination: str = "public"
     # critics
     critic_kind: str | None = None  # bce | wgan; None: the scheme's paper (PAPER_CRITIC)
     lambda_gp: float = 10.0
@@ -107,6 +113,8 @@ class TrainConfig:
             raise bad("accountant", "must be 'rdp' or 'pld'")
         if self.mechanism not in MECHANISMS:
             raise bad("mechanism", f"must be one of {MECHANISMS}")
+        if self.destination not in DESTINATIONS:
+            raise bad("destination", f"must be one of {DESTINATIONS}")
         if self.sampling not in SAMPLINGS:
             raise bad("sampling", f"must be one of {SAMPLINGS}")
         if self.mechanism == "gaussian" and self.scheme in LOCAL_SCHEMES:

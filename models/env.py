@@ -20,6 +20,15 @@ jump to a location outside the K nearest (which the generator itself cannot prod
 generator sees, so expert and generated pairs share one definition of each action.
 Runtime: O(E * (K + 48)) per step.
 
+Destination context (`destination_context`, used when the policy chooses destinations,
+`train.destination: learned`): for each episode the explore candidates (the K nearest of the
+current location, their public log-weights log k^-alpha, -1e9 where already visited unless all
+are) and the return candidates (the 48 history slots, log-weight 0 at a valid return slot, -1e9
+elsewhere), each with two public distance-band indices (equirectangular km from the current
+location and from home, bucketed at BAND_EDGES_KM) and, for returns, the log visit count of the
+slot's location. All of it is a function of the public map and the episode's own generated
+history, so a policy reading it reads nothing private.
+
 Device: the map tables (coords, coords_norm, nearest, rank_weights) are built on the CPU and then
 moved to `device`; states live there too. Random draws (`sample_targets`) are made on the CPU
 from the caller's CPU torch.Generator and moved to the device, so they do not depend on it.
@@ -37,6 +46,11 @@ from udfs.errors import InvalidParameterError, InvalidTrajectoryError
 SLOTS = 48
 STAY, EXPLORE, HOME, RETURN = 0, 1, 2, 3
 N_ACTIONS = 4
+# distance bands (km) of the destination features: public constants, log-spaced
+BAND_EDGES_KM = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+N_BANDS = len(BAND_EDGES_KM) + 1
+KM_PER_DEGREE = 6371.0088 * 3.141592653589793 / 180
+NEG_LOGIT = -1e9
 
 
 @dataclass
@@ -49,6 +63,28 @@ class EnvState:
     n_distinct: torch.Tensor  # (E,) long
     stay_len: torch.Tensor  # (E,) long
     history: torch.Tensor  # (E, 48) long, -1 after slot t
+
+    def rows(self, idx: torch.Tensor) -> EnvState:
+        return EnvState(self.loc[idx], self.home[idx], self.slot[idx], self.n_distinct[idx],
+                        self.stay_len[idx], self.history[idx])
+
+
+@dataclass
+class DestContext:
+    """Candidate destinations of E states (see the module doc), all from public inputs."""
+
+    exp_cand: torch.Tensor  # (E, K) long: the K nearest of the current location
+    exp_base: torch.Tensor  # (E, K) float: public log-weight, NEG_LOGIT where excluded
+    exp_band: torch.Tensor  # (E, K, 2) long: band from the current location, band from home
+    ret_cand: torch.Tensor  # (E, 48) long: history slots (-1 after slot t)
+    ret_base: torch.Tensor  # (E, 48) float: 0 at a valid return slot, NEG_LOGIT elsewhere
+    ret_band: torch.Tensor  # (E, 48, 2) long
+    ret_logcount: torch.Tensor  # (E, 48) float: log slots spent at the slot's location so far
+
+    def rows(self, idx: torch.Tensor) -> DestContext:
+        return DestContext(self.exp_cand[idx], self.exp_base[idx], self.exp_band[idx],
+                           self.ret_cand[idx], self.ret_base[idx], self.ret_band[idx],
+                           self.ret_logcount[idx])
 
 
 class MobilityEnv:
@@ -77,8 +113,15 @@ class MobilityEnv:
         self.nearest = torch.cat(nn_rows)  # (L, K) long, column k-1 = k-th nearest
         ranks = torch.arange(1, self.k + 1, dtype=torch.float64)
         self.rank_weights = (ranks ** -self.explore_exponent).float()  # (K,)
+        # equirectangular km per degree of latitude / longitude at the map's mean latitude
+        lat0 = float(c[:, 0].mean()) * 3.141592653589793 / 180
+        self.km_scale = torch.tensor([KM_PER_DEGREE, KM_PER_DEGREE * float(np.cos(lat0))])
+        self.band_edges = torch.tensor(BAND_EDGES_KM)
+        self.nearest_band = self.distance_band(torch.arange(self.n_locations)[:, None],
+                                               self.nearest)  # (L, K): band of each neighbour
         self.device = torch.device("cpu" if device is None else device)
-        for name in ("coords", "coords_norm", "nearest", "rank_weights"):
+        for name in ("coords", "coords_norm", "nearest", "rank_weights", "km_scale",
+                     "band_edges", "nearest_band"):
             setattr(self, name, getattr(self, name).to(self.device))
 
     # ----------------------------------------------------------------------------------------
@@ -109,17 +152,43 @@ class MobilityEnv:
         mask[:, RETURN] = self._return_weights(state).sum(1) > 0
         return mask
 
+    def _explore_weights(self, state: EnvState) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E, K) explore candidates and their public weights k^-alpha, 0 where visited (all
+        visited: every candidate keeps its weight)."""
+        cand = self.nearest[state.loc]
+        w = self.rank_weights.expand(cand.shape[0], -1).masked_fill(self._visited(state, cand), 0)
+        return cand, torch.where(w.sum(1, keepdim=True) > 0, w, self.rank_weights)
+
+    def distance_band(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Band index in [0, N_BANDS) of the equirectangular km between locations a and b
+        (broadcast); a negative id (an empty history slot) counts as a itself."""
+        b = torch.where(b < 0, a, b)
+        km = ((self.coords[a] - self.coords[b]) * self.km_scale).norm(dim=-1)
+        return torch.bucketize(km, self.band_edges)
+
+    def destination_context(self, state: EnvState) -> DestContext:
+        cand, w = self._explore_weights(state)
+        exp_base = torch.where(w > 0, w.clamp_min(1e-30).log(), torch.full_like(w, NEG_LOGIT))
+        exp_band = torch.stack([self.nearest_band[state.loc],
+                                self.distance_band(state.home[:, None], cand)], -1)
+        h = state.history
+        valid = self._return_weights(state) > 0
+        ret_base = torch.where(valid, torch.zeros_like(valid, dtype=torch.float),
+                               torch.full_like(valid, NEG_LOGIT, dtype=torch.float))
+        ret_band = torch.stack([self.distance_band(state.loc[:, None], h),
+                                self.distance_band(state.home[:, None], h)], -1)
+        count = ((h[:, :, None] == h[:, None, :]) & (h[:, None, :] >= 0)).sum(2)
+        return DestContext(cand, exp_base, exp_band, h, ret_base, ret_band,
+                           count.clamp_min(1).float().log())
+
     def sample_targets(self, state: EnvState, actions: torch.Tensor,
                        gen: torch.Generator) -> torch.Tensor:
-        """Target location of each action (current location for stay, home for home)."""
+        """Target location of each action (current location for stay, home for home), explore
+        and return destinations drawn from the public distributions."""
         targets = torch.where(actions == HOME, state.home, state.loc).clone()
         exp = (actions == EXPLORE).nonzero().squeeze(1)
         if exp.numel():
-            cand = self.nearest[state.loc[exp]]  # (e, K)
-            sub = EnvState(state.loc[exp], state.home[exp], state.slot[exp],
-                           state.n_distinct[exp], state.stay_len[exp], state.history[exp])
-            w = self.rank_weights.expand(exp.numel(), -1).masked_fill(self._visited(sub, cand), 0)
-            w = torch.where(w.sum(1, keepdim=True) > 0, w, self.rank_weights)  # all visited: any
+            cand, w = self._explore_weights(state.rows(exp))
             k = torch.multinomial(w.cpu(), 1, generator=gen).squeeze(1).to(w.device)  # CPU draw
             targets[exp] = cand[torch.arange(exp.numel(), device=w.device), k]
         ret = (actions == RETURN).nonzero().squeeze(1)

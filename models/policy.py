@@ -2,8 +2,18 @@
 
 Inputs: a learned embedding of the current location and of home (one shared table), an
 embedding of the slot, the standardised coordinates of both, and the counters (distinct/48,
-stay/48, at-home). The policy models the action type; explore and return targets come from the
-environment's public distributions (DESIGN section 6), so log pi(a|s) is over 4 actions.
+stay/48, at-home). The policy models the action type. Its destinations, by `destination`:
+- "public" (default): explore and return targets come from the environment's public
+  distributions (DESIGN section 6), so log pi(a|s) is over 4 actions;
+- "learned": a destination head (`DestinationHead`) tilts those public distributions by a
+  state-dependent exponential family over public distance-band features of each candidate
+  (band from the current location, band from home; for returns also the log visit count):
+  pi(target | s, a) proportional to base(target) * exp(g_a(s) . phi(target)). Its weights start
+  at zero, so an untrained learned policy draws exactly the public distributions. The policy's
+  log-probability of a step is then log pi(a|s) + log pi(target|s,a) for explore and return
+  (`joint_log_prob`), the quantity PPO's ratio uses. The head reads only the trunk's hidden
+  state and `models.env.DestContext` (public map + the episode's own generated history), so no
+  private input enters the policy (the released rewards train it, as before).
 """
 
 from __future__ import annotations
@@ -11,7 +21,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.env import N_ACTIONS, SLOTS
+from models.config import DESTINATIONS
+from models.env import EXPLORE, N_ACTIONS, N_BANDS, RETURN, SLOTS, DestContext
+from udfs.errors import InvalidParameterError
 
 NEG = -1e9
 
@@ -34,17 +46,125 @@ class _Trunk(nn.Module):
         return self.mlp(x)
 
 
-class PolicyNet(nn.Module):
-    """pi(a | s): logits over (stay, explore, home, return), invalid actions masked out."""
+def _tilt(g: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
+    """(n, C) sum of the coefficients g (n, 2 * N_BANDS + ...) of each candidate's two bands."""
+    return g.gather(1, band[..., 0]) + g.gather(1, band[..., 1] + N_BANDS)
 
-    def __init__(self, n_locations: int, loc_dim: int = 16, slot_dim: int = 8, hidden: int = 64):
+
+class DestinationHead(nn.Module):
+    """Destination logits: public base log-weights + g(h) . phi(candidate), g zero-initialised.
+    phi: one-hot band from the current location, one-hot band from home (explore and return),
+    log visit count (return)."""
+
+    def __init__(self, hidden: int):
         super().__init__()
+        self.explore = nn.Linear(hidden, 2 * N_BANDS)
+        self.ret = nn.Linear(hidden, 2 * N_BANDS + 1)
+        for lin in (self.explore, self.ret):
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, h: torch.Tensor, ctx: DestContext) -> tuple[torch.Tensor, torch.Tensor]:
+        ge, gr = self.explore(h), self.ret(h)
+        exp = ctx.exp_base + _tilt(ge, ctx.exp_band)
+        ret = ctx.ret_base + _tilt(gr, ctx.ret_band) + gr[:, -1:] * ctx.ret_logcount
+        return exp, ret
+
+
+def _dest_terms(exp_logits: torch.Tensor, ret_logits: torch.Tensor, ctx: DestContext,
+                actions: torch.Tensor, targets: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(target | s, a), entropy of pi(. | s, a)) per row; both 0 for stay and home."""
+    le = torch.log_softmax(exp_logits, -1)
+    lr = torch.log_softmax(ret_logits, -1)
+    hit_e = ctx.exp_cand == targets[:, None]
+    hit_r = (ctx.ret_cand == targets[:, None]) & (ctx.ret_base > NEG / 2)
+    lp_e = torch.logsumexp(le.masked_fill(~hit_e, NEG), -1)
+    lp_r = torch.logsumexp(lr.masked_fill(~hit_r, NEG), -1)
+    ent_e = -(le.exp() * le).sum(-1)
+    # a location held by several slots: H = -sum_j p_j log P(location of slot j)
+    same = (ctx.ret_cand[:, :, None] == ctx.ret_cand[:, None, :]).float()
+    p_r = lr.exp()
+    loc_p = torch.bmm(same, p_r.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30)
+    ent_r = -(p_r * loc_p.log()).sum(-1)
+    zero = torch.zeros_like(lp_e)
+    is_e, is_r = actions == EXPLORE, actions == RETURN
+    return (torch.where(is_e, lp_e, torch.where(is_r, lp_r, zero)),
+            torch.where(is_e, ent_e, torch.where(is_r, ent_r, zero)))
+
+
+def moving_rows(actions: torch.Tensor) -> torch.Tensor:
+    """Indices of the explore and return rows (those with a destination to choose)."""
+    return ((actions == EXPLORE) | (actions == RETURN)).nonzero().squeeze(1)
+
+
+def joint_log_prob(logits: torch.Tensor, head: DestinationHead | None, h: torch.Tensor,
+                   ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(a, target | s), entropy estimate) of each row: the action's log-probability plus,
+    with a destination head (`head(h, ctx)` -> (explore, return) logits), the destination's,
+    computed for the explore and return rows only (`ctx`: the context of those rows, in row
+    order); the entropy is the action entropy plus the chosen action's destination entropy."""
+    dist = torch.distributions.Categorical(logits=logits)
+    lp, ent = dist.log_prob(actions), dist.entropy()
+    if head is None:
+        return lp, ent
+    sel = moving_rows(actions)
+    exp_logits, ret_logits = head(h[sel], ctx)
+    dlp, dent = _dest_terms(exp_logits, ret_logits, ctx, actions[sel], targets[sel])
+    return lp.index_add(0, sel, dlp), ent.index_add(0, sel, dent)
+
+
+@torch.no_grad()
+def sample_destinations(head: DestinationHead, h: torch.Tensor, ctx: DestContext,
+                        actions: torch.Tensor, targets: torch.Tensor,
+                        gen: torch.Generator) -> torch.Tensor:
+    """`targets` with every explore and return row redrawn from the head's distribution (`ctx`:
+    the context of those rows only, in row order; the draw on the CPU from `gen`, as every draw
+    of the environment)."""
+    out = targets.clone()
+    sel = moving_rows(actions)
+    if sel.numel() == 0:
+        return out
+    dest = head(h[sel], ctx)
+    for k, (act, cand) in enumerate(((EXPLORE, ctx.exp_cand), (RETURN, ctx.ret_cand))):
+        rows = (actions[sel] == act).nonzero().squeeze(1)
+        if rows.numel():
+            p = torch.softmax(dest[k][rows], -1)
+            j = torch.multinomial(p.cpu(), 1, generator=gen).squeeze(1).to(p.device)
+            out[sel[rows]] = cand[rows, j]
+    return out
+
+
+class PolicyNet(nn.Module):
+    """pi(a | s): logits over (stay, explore, home, return), invalid actions masked out; with
+    destination="learned" also pi(target | s, a) (`self.dest`, see the module doc)."""
+
+    def __init__(self, n_locations: int, loc_dim: int = 16, slot_dim: int = 8, hidden: int = 64,
+                 destination: str = "public"):
+        super().__init__()
+        if destination not in DESTINATIONS:
+            raise InvalidParameterError(f"destination must be one of {DESTINATIONS}; got "
+                                        f"{destination!r}")
+        self.destination = destination
         self.trunk = _Trunk(n_locations, loc_dim, slot_dim, hidden)
         self.head = nn.Linear(hidden, N_ACTIONS)
+        self.dest = DestinationHead(hidden) if destination == "learned" else None
 
     def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor) -> torch.Tensor:
-        logits = self.head(self.trunk(obs, coords_norm))
-        return logits.masked_fill(~obs["mask"], NEG)
+        return self.logits_and_hidden(obs, coords_norm)[0]
+
+    def logits_and_hidden(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs, coords_norm)
+        return self.head(h).masked_fill(~obs["mask"], NEG), h
+
+    def joint_log_prob(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor,
+                       ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log pi(a[, target] | s), entropy estimate) of flat steps (`joint_log_prob`)."""
+        logits, h = self.logits_and_hidden(obs, coords_norm)
+        return joint_log_prob(logits, self.dest, h, ctx, actions, targets)
 
     def distribution(self, obs: dict[str, torch.Tensor],
                      coords_norm: torch.Tensor) -> torch.distributions.Categorical:
@@ -53,7 +173,18 @@ class PolicyNet(nn.Module):
     @classmethod
     def restore(cls, config, n_locations: int, state: dict) -> PolicyNet:
         """A trained policy from its state dict and the dimensions of its training config."""
-        net = cls(n_locations, config.loc_dim, config.slot_dim, config.policy_hidden)
+        net = cls(n_locations, config.loc_dim, config.slot_dim, config.policy_hidden,
+                  getattr(config, "destination", "public"))
+        net.load_state_dict(state)
+        return net
+
+    @classmethod
+    def from_state(cls, n_locations: int, loc_dim: int, slot_dim: int, hidden: int,
+                   state: dict) -> PolicyNet:
+        """A policy from a saved state dict alone (policy.pt): a state holding the destination
+        head's weights ("dest.*") restores a learned-destination policy, else a public one."""
+        learned = any(k.startswith("dest.") for k in state)
+        net = cls(n_locations, loc_dim, slot_dim, hidden, "learned" if learned else "public")
         net.load_state_dict(state)
         return net
 

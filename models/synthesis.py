@@ -2,6 +2,8 @@
 
 Start locations come from the DP start distribution of the train run (`models.starts`), drawn
 once during training; sampling days from the policy is post-processing and spends nothing.
+Destinations follow the policy: a policy with a destination head (train.destination: learned)
+draws explore and return targets from it, exactly as in training (`models.ppo.rollout`).
 """
 
 from __future__ import annotations

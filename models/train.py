@@ -90,10 +90,18 @@ from models.critics import (
     real_reward_means,
 )
 from models.data import TrainData
-from models.env import MobilityEnv
+from models.env import DestContext, MobilityEnv
 from models.features import FEATURE_DIM, expert_features_per_user
 from models.policy import PolicyNet, ValueNet
-from models.ppo import PPOSettings, Rollout, gae, obs_of, rollout
+from models.ppo import (
+    PPOSettings,
+    Rollout,
+    ctx_rows,
+    dest_context_of,
+    gae,
+    obs_of,
+    rollout,
+)
 from models.starts import HierarchicalStarts, LocalStarts, kd_levels, start_mass
 from udfs.errors import BudgetExceededError, ConfigError
 
@@ -215,9 +223,14 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.policy, self.value = policy, value
 
-    def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy(obs, coords_norm), self.value(obs, coords_norm)
+    def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor,
+                ctx: DestContext | None = None, actions: torch.Tensor | None = None,
+                targets: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log pi(a[, target] | s), entropy estimate, V(s)): every parameter used in one
+        forward, as DDP wants."""
+        lp, ent = self.policy.joint_log_prob(obs, coords_norm, ctx, actions, targets)
+        return lp, ent, self.value(obs, coords_norm)
 
 
 def check_blocks(cfg: TrainConfig, blocks: int, world: int) -> None:
@@ -310,6 +323,7 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
     std = math.sqrt(max(0.0, float(st[1] - n_all * mean * mean) / max(1.0, n_all - 1)))
     adv = ((adv - mean) / (std + 1e-8)).float()
     obs, acts, logp_old = obs_of(ro.traj), ro.traj.flat("actions"), ro.logp.reshape(-1)
+    tgts, ctx = ro.traj.flat("targets"), dest_context_of(module.policy, env, ro.traj)
     n_b = acts.shape[0] // len(block_gens)  # pairs per block (blocks are equal)
     mb = max(1, s.minibatch // n_blocks)
     rows: list[list[float]] = []
@@ -321,11 +335,10 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
                           ).to(acts.device)
             n_global = n_blocks * min(mb, n_b - start)
             o = {k: v[i] for k, v in obs.items()}
-            logits, values = model(o, env.coords_norm)
-            dist = torch.distributions.Categorical(logits=logits)
-            ratio = torch.exp(dist.log_prob(acts[i]) - logp_old[i])
+            lp, ent, values = model(o, env.coords_norm, ctx_rows(ctx, i), acts[i], tgts[i])
+            ratio = torch.exp(lp - logp_old[i])
             surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i]).sum()
-            ent = dist.entropy().sum()
+            ent = ent.sum()
             v_loss = ((values - ret[i]) ** 2).sum()
             loss = (-surr + s.value_coef * v_loss - s.entropy_coef * ent) * (comm.world / n_global)
             opt.zero_grad()
@@ -364,7 +377,8 @@ class _Run:
         n_loc = self.env.n_locations
         with torch.random.fork_rng(devices=[]):  # nn init uses the global RNG: fence it
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
-            self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
+            self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden,
+                                    cfg.destination)
             self.value = ValueNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
         self.module = ActorCritic(self.policy, self.value).to(self.device)  # CPU init, moved
         self.model = self.comm.wrap(self.module)

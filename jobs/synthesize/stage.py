@@ -83,8 +83,9 @@ def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -
     art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
     meta = art["meta"]
     env = MobilityEnv(np.asarray(meta["coords"]), art["k_nearest"], art["explore_exponent"])
-    policy = PolicyNet(art["n_locations"], art["loc_dim"], art["slot_dim"], art["hidden"])
-    policy.load_state_dict(art["policy_state"])
+    # a state with the destination head's weights restores the learned-destination policy
+    policy = PolicyNet.from_state(art["n_locations"], art["loc_dim"], art["slot_dim"],
+                                  art["hidden"], art["policy_state"])
     gen = torch.Generator()
     gen.manual_seed(int(np.random.SeedSequence([seed, p]).generate_state(1, np.uint64)[0] >> 1))
     days = synthesize(policy, env, art["start_probs"], count, gen)

@@ -72,9 +72,11 @@ def _close(a: float, b: float, rel: float = 1e-4) -> bool:
 
 
 @pytest.mark.slow
-def test_two_ranks_equal_one_process(tmp_path):
-    one = fit(TINY, toy_data(n_users=6), blocks=2)
-    job = RankJob(TINY.to_dict(), 2, functools.partial(toy_shard, n_users=6), str(tmp_path))
+@pytest.mark.parametrize("destination", ["public", "learned"])
+def test_two_ranks_equal_one_process(tmp_path, destination):
+    cfg = dataclasses.replace(TINY, destination=destination)
+    one = fit(cfg, toy_data(n_users=6), blocks=2)
+    job = RankJob(cfg.to_dict(), 2, functools.partial(toy_shard, n_users=6), str(tmp_path))
     results = run_world(job, 2)
     assert results[0] == results[1]  # every rank returns the same summary
     two = check_summary(results[0], 2)
