@@ -346,19 +346,27 @@ def nothing_to_release(summary: dict[str, Any], budget: float) -> str | None:
 def release_fn(kernel: K.ReleaseKernel, timer=None):
     """The per-user kernel of the release: a frame of whole users -> their published rows.
 
-    The kernel still runs once per user (each user has their own random stream); taking many
-    users per call only saves the per-group Arrow round trip of applyInPandas (about 1 ms a
-    user). `per_user` guarantees every user arrives whole, in (date, traj_id) order.
+    One batched call per Arrow batch (all its users at once): each trajectory's noise comes
+    from its own secret stream key (`udfs.collect_kernel.trajectory_keys`), so the rows do
+    not depend on how users are cut into partitions or batches. `per_user` guarantees every
+    user arrives whole. With a release fault seam on (tests only) the batch is released
+    user by user, so a seam can fire between users after rows have streamed back; the rows
+    are the same either way.
     """
-    def release(pdf: pd.DataFrame, space: LocationSpace) -> pd.DataFrame:
-        outs = []
-        for a, b in user_bounds(pdf["user_id"].to_numpy()):
-            faults.on_release_group(TaskContext.get)  # test seam; a no-op unless a test sets it
+    def release(frame, space: LocationSpace):
+        if not faults.release_seams_on():
             t0 = time.perf_counter()
-            outs.append(kernel(pdf.iloc[a:b], space))
+            out = kernel(frame, space)
             if timer is not None:
                 timer.add(time.perf_counter() - t0)
-        return pd.concat(outs, ignore_index=True)
+            yield out
+            return
+        users = frame.column("user_id").to_numpy(zero_copy_only=False) \
+            if not isinstance(frame, pd.DataFrame) else frame["user_id"].to_numpy()
+        for a, b in user_bounds(users):
+            faults.on_release_group(TaskContext.get)  # test seam; a no-op unless a test sets it
+            yield kernel(frame.slice(a, b - a) if not isinstance(frame, pd.DataFrame)
+                         else frame.iloc[a:b], space)
 
     return release
 
@@ -390,7 +398,7 @@ def perturb_users(rows: DataFrame, space: LocationSpace, kernel: K.ReleaseKernel
     location space is broadcast once (free it with `per_user.release` after the write)."""
     return per_user(rows.select("user_id", "date", "traj_id", "loc_ids"),
                     release_fn(kernel, timer), RELEASE_SCHEMA, shared=space,
-                    order=("date", "traj_id"))
+                    order=("date", "traj_id"), arrow=True)
 
 
 def ensure_view(spark: SparkSession) -> None:

@@ -22,7 +22,6 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,7 +30,7 @@ from pyspark.sql import types as T
 from jobs.collect import stage as C
 from jobs.config import Config
 from jobs.spark.catalog import write_table
-from jobs.spark.per_user import per_user, user_bounds
+from jobs.spark.per_user import per_user
 from jobs.spark.per_user import release as free_shared
 from jobs.spark.tables import STUDY_PERTURBED
 from udfs import collect_kernel as K
@@ -66,26 +65,11 @@ def sample(df: DataFrame, limit: int | None) -> DataFrame:
 
 
 def study_fn(kernel: K.ReleaseKernel):
-    """Per-user kernel: whole users -> STUDY_SCHEMA rows (raw identity kept: trusted zone)."""
-    release = C.release_fn(kernel)
-    m = len(kernel.settings)
+    """Whole users -> STUDY_SCHEMA rows (raw identity kept: trusted zone), all users of a
+    batch in one call per setting (the release kernel's noise, `ReleaseKernel.study_rows`)."""
 
     def run(pdf: pd.DataFrame, space) -> pd.DataFrame:
-        # The kernel's rows: one block per setting, each in (date, traj_id) order, which is the
-        # order `per_user` hands each user's rows in.
-        out = release(pdf, space)
-        parts = []
-        for a, b in user_bounds(pdf["user_id"].to_numpy()):
-            ident = pdf.iloc[a:b]
-            parts.append(pd.DataFrame({
-                "user_id": np.tile(ident["user_id"].to_numpy(), m),
-                "date": np.tile(ident["date"].to_numpy(), m),
-                "traj_id": np.tile(ident["traj_id"].to_numpy(), m),
-            }))
-        ident = pd.concat(parts, ignore_index=True)
-        return ident.assign(mechanism=out["mechanism"].to_numpy(),
-                            epsilon=out["epsilon"].to_numpy(),
-                            loc_ids=out["loc_ids"].to_numpy())
+        return kernel.study_rows(pdf, space)
 
     return run
 
