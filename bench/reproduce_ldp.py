@@ -18,7 +18,7 @@ import pandas as pd
 
 from jobs.ingest.local import paper_dataset
 from udfs import metrics
-from udfs.collect import perturb
+from udfs.collect import as_generator, make_mechanism, perturb
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "out"
@@ -31,7 +31,29 @@ METHODS = {"ATP": ("atp", {}), "TP": ("tp", {}), "EXP": ("exp", {}), "UNIFORM": 
            "ATP-copy_medoid": ("atp", {"combiner": "copy_medoid"}),
            "TP-copy_medoid": ("tp", {"combiner": "copy_medoid"}),
            "ATP-midpoint": ("atp", {"combiner": "midpoint"}),
-           "TP-midpoint": ("tp", {"combiner": "midpoint"})}
+           "TP-midpoint": ("tp", {"combiner": "midpoint"}),
+           # peers (udfs/mechanisms): NGram with collect's reach (diameter / 4), TraCS snapped
+           # to P; "raw" = TraCS's continuous output before snapping (error to the true point)
+           "NGRAM": ("ngram", {}), "TRACS-D": ("tracs_d", {}), "TRACS-C": ("tracs_c", {}),
+           "TRACS-D raw": ("tracs_d", {"raw": True}), "TRACS-C raw": ("tracs_c", {"raw": True})}
+
+
+def raw_point_errors(trajs, space, eps, mech, seed) -> tuple[float, np.ndarray]:
+    """(NE, per-point km errors) of TraCS's unsnapped outputs (haversine to the true point)."""
+    from haversine import Unit, haversine_vector
+
+    m, rng = make_mechanism(space, float(eps), mech), as_generator(seed)
+    lens = np.array([len(t) for t in trajs])
+    per_traj, errs = np.zeros(lens.size), []
+    for length in np.unique(lens).tolist():
+        rows = np.flatnonzero(lens == length)
+        t = np.stack([trajs[i] for i in rows])
+        lat, lon = m.raw_latlon(t, rng=rng)
+        e = haversine_vector(space.coords[t].reshape(-1, 2), np.stack([lat, lon], -1)
+                             .reshape(-1, 2), Unit.KILOMETERS).reshape(t.shape)
+        per_traj[rows] = e.mean(1)
+        errs.append(e.ravel())
+    return float(per_traj.mean() / space.diameter), np.concatenate(errs)
 
 
 def run(name, reps):
@@ -40,8 +62,15 @@ def run(name, reps):
     for eps in EPS:
         for label, (mech, opts) in METHODS.items():
             for rep in range(reps):
-                out = perturb(trajs, space, float(eps), mech, np.random.SeedSequence([eps, rep]),
-                              **opts)
+                seed = np.random.SeedSequence([eps, rep])
+                if opts.get("raw"):
+                    ne, err = raw_point_errors(trajs, space, eps, mech, seed)
+                    row = {"dataset": name, "eps": eps, "method": label, "rep": rep, "NE": ne}
+                    for d in DELTAS[name]:
+                        row[f"PRQ@{d}km"] = float((err <= d).mean())
+                    rows.append(row)
+                    continue
+                out = perturb(trajs, space, float(eps), mech, seed, **opts)
                 row = {"dataset": name, "eps": eps, "method": label, "rep": rep,
                        "NE": metrics.ne(trajs, out, space)}
                 for d in DELTAS[name]:
@@ -91,7 +120,8 @@ def main():
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, (name, df) in zip(axes, frames.items(), strict=True):
         m = df.groupby(["method", "eps"])["NE"].mean().unstack("eps")
-        for label in ("ATP", "TP", "EXP", "UNIFORM", "ATP-paper", "TP-paper"):
+        for label in ("ATP", "TP", "EXP", "UNIFORM", "ATP-paper", "TP-paper", "NGRAM",
+                      "TRACS-C"):
             ax.plot(m.columns, m.loc[label], marker="o", label=label)
         ax.set(title=name.upper(), xlabel="epsilon", ylabel="NE")
         ax.legend()

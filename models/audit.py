@@ -261,12 +261,14 @@ TRAJ_PAIRS = {  # lopsided space: 0 is ~111 km west of the cluster 1..7
 
 
 def traj_row(family: str, eps: float, broken: bool = False) -> Row:
-    """EXP, TP or ATP on length-3 trajectories of the lopsided space (512 joint outputs)."""
+    """EXP, TP, ATP, NGram, TraCS-D or TraCS-C on length-3 trajectories of the lopsided space
+    (512 joint outputs)."""
     from udfs.atp import ATP
     from udfs.baselines import EXP
+    from udfs.collect import make_mechanism
     from udfs.tp import TP
 
-    sp = lopsided_space()
+    sp = lopsided = lopsided_space()
     if family == "EXP":
         # broken: eps per point instead of eps/n (forgetting the split)
         mech = EXP(sp, 3 * eps if broken else eps)
@@ -274,15 +276,25 @@ def traj_row(family: str, eps: float, broken: bool = False) -> Row:
     elif family == "TP":
         mech = BrokenTP(sp, eps) if broken else TP(sp, eps)
         bug = "2 eps per step, no split"
+    elif family in PEERS:  # the collect defaults; broken: the whole eps on every gram / point
+        if family != "NGram":
+            sp = square_space()  # TraCS: a P that fills its rectangle (see square_space)
+        if broken and family == "TraCS-D":
+            mech = BrokenTraCSD(sp, eps)
+        else:
+            mech = make_mechanism(sp, PEERS[family][1] * eps if broken else eps,
+                                  PEERS[family][0])
+        bug = PEERS[family][2]
     else:
         mech = BrokenATP(sp, eps) if broken else ATP(sp, eps)
         bug = "2 eps per step, no split"
     length = 3
-    names = list(TRAJ_PAIRS)
+    traj_pairs = SQUARE_PAIRS if sp is not lopsided else TRAJ_PAIRS
+    names = list(traj_pairs)
 
     def run(n, rng, alpha):
         pairs = []
-        for t1, t2 in TRAJ_PAIRS.values():
+        for t1, t2 in traj_pairs.values():
             o1 = mech.perturb_group(np.tile(t1, (n, 1)), rng=rng)
             o2 = mech.perturb_group(np.tile(t2, (n, 1)), rng=rng)
             w = sp.n ** np.arange(length - 1, -1, -1)
@@ -290,13 +302,38 @@ def traj_row(family: str, eps: float, broken: bool = False) -> Row:
         bd = audit_codes(pairs, sp.n ** length, alpha=alpha,
                          extra=list(_marginals(sp.n, length).values()),
                          describe=_traj_describe(sp.n, length, names))
-        t1, t2 = TRAJ_PAIRS[names[bd.pair]]
+        t1, t2 = traj_pairs[names[bd.pair]]
         bd.event = f"{bd.event} [{t1.tolist()} vs {t2.tolist()}]"
         return bd
 
     name = f"{family}, BROKEN: {bug}" if broken else family
+    where = "8-point lopsided P" if sp is lopsided else "8-point square P (3 x 3 grid, no centre)"
     return Row(family, name, eps, broken, run,
-               "length 3 on the 8-point lopsided P; pair selected on the first half")
+               f"length 3 on the {where}; pair selected on the first half")
+
+
+def square_space():
+    """8 points on the border of a 3 x 3 grid of 0.1 degrees (id 0 = south-west corner, 7 =
+    north-east corner). TraCS perturbs in P's bounding rectangle, so its audit needs a P that
+    fills the rectangle (on the lopsided P nearly all outputs snap to the cluster)."""
+    from udfs.space import LocationSpace
+
+    lat = np.array([0.0, 0.0, 0.0, 0.1, 0.1, 0.2, 0.2, 0.2])
+    lon = np.array([0.0, 0.1, 0.2, 0.0, 0.2, 0.0, 0.1, 0.2])
+    return LocationSpace.from_latlon(lat, lon)
+
+
+SQUARE_PAIRS = {  # square space: 0 = SW corner, 7 = NE corner
+    "one point differs": (np.array([3, 4, 0]), np.array([3, 4, 7])),
+    "all points differ": (np.array([0, 0, 0]), np.array([7, 7, 7])),
+    "pivots differ": (np.array([0, 4, 0]), np.array([7, 4, 7])),
+}
+
+PEERS = {  # family: (collect name, over-spend factor of the broken row on length 3, the bug)
+    "NGram": ("ngram", 4, "eps per bigram, sensitivity Delta_u not 2 Delta_u"),
+    "TraCS-D": ("tracs_d", 0, "eps per step (direction and distance), no split"),  # BrokenTraCSD
+    "TraCS-C": ("tracs_c", 3, "eps per point, not eps/n"),
+}
 
 
 def _broken_classes():
@@ -318,6 +355,20 @@ def _broken_classes():
 
 
 BrokenTP, BrokenATP = _broken_classes()
+
+
+def _broken_tracs_d():
+    from udfs.mechanisms.tracs import TraCSD
+
+    @dataclass(frozen=True, eq=False)
+    class _BrokenTraCSD(TraCSD):
+        def split(self, length):
+            return self.epsilon_total, self.epsilon_total
+
+    return _BrokenTraCSD
+
+
+BrokenTraCSD = _broken_tracs_d()
 
 
 # ------------------------------------------------------------------ Laplace releases of training
@@ -555,7 +606,7 @@ def rows() -> list[Row]:
     out: list[Row] = []
     for make in (krr_row, em_row, sw_row):
         out += [make(e) for e in EPSILONS] + [make(1.0, broken=True)]
-    for fam in ("EXP", "TP", "ATP"):
+    for fam in ("EXP", "TP", "ATP", *PEERS):
         out += [traj_row(fam, e) for e in EPSILONS] + [traj_row(fam, 1.0, broken=True)]
     for make in (uniform_laplace_row, pgpp_row):
         out += [make(e) for e in EPSILONS] + [make(1.0, broken=True)]

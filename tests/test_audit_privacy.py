@@ -80,3 +80,17 @@ def test_gaussian_release_with_sd_from_the_wrong_sensitivity_fails_the_audit():
     row = audit.gaussian_row(1.0, "pategail", broken=True)
     bound = row.run(N, np.random.default_rng(5), ALPHA).value
     assert bound > row.eps, f"broken Gaussian not detected: {bound:.3f} <= {row.eps:.3f}"
+
+
+@pytest.mark.parametrize("family", ["NGram", "TraCS-D", "TraCS-C"])
+def test_peer_rows_pass_and_their_broken_variants_fail(family):
+    """The auditor's rows of the peers (udfs/mechanisms): the correct mechanism's bound stays
+    below its claim (false-failure rate <= ALPHA), the deliberately over-spending variant's
+    exceeds it at N = 100,000 draws per input (its true loss is 2-6x the claim)."""
+    for broken in (False, True):
+        row = audit.traj_row(family, 1.0, broken=broken)
+        bound = row.run(100_000, np.random.default_rng(4), ALPHA).value
+        if broken:
+            assert bound > 1.0, f"broken {family} not detected: bound {bound:.3f}"
+        else:
+            assert bound <= 1.0, f"false rejection of {family}: bound {bound:.3f}"

@@ -206,6 +206,13 @@ class NGram(RecordedMechanism):
         grams = np.stack([traj[:, i:i + m] for i in range(g)], axis=1)  # (N, G, m)
         z = self.perturb_grams(grams.reshape(-1, m), self.scale(length), rng)
         z = z.reshape(grams.shape)
+        flat = z.reshape(z.shape[0], -1)
+        if z.shape[0] > 4096 and flat.shape[1] * math.log2(max(self.space.n, 2)) < 62:
+            # small P: rebuild each distinct set of released grams once (same function)
+            code = flat @ (self.space.n ** np.arange(flat.shape[1], dtype=np.int64))
+            _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+            if first.size * 2 < z.shape[0]:
+                return z, self.reconstruct(z[first], length)[inv.ravel()]
         return z, self.reconstruct(z, length)
 
     def perturb_batch(self, traj: np.ndarray, lens, *, rng: np.random.Generator) -> np.ndarray:
