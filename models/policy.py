@@ -71,26 +71,17 @@ class DestinationHead(nn.Module):
         return exp, ret
 
 
-def _dest_terms(exp_logits: torch.Tensor, ret_logits: torch.Tensor, ctx: DestContext,
-                actions: torch.Tensor, targets: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log pi(target | s, a), entropy of pi(. | s, a)) per row; both 0 for stay and home."""
+def _dest_log_prob(exp_logits: torch.Tensor, ret_logits: torch.Tensor, ctx: DestContext,
+                   actions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log pi(target | s, a) per row (explore or return rows); a return location held by
+    several history slots sums their probabilities."""
     le = torch.log_softmax(exp_logits, -1)
     lr = torch.log_softmax(ret_logits, -1)
     hit_e = ctx.exp_cand == targets[:, None]
     hit_r = (ctx.ret_cand == targets[:, None]) & (ctx.ret_base > NEG / 2)
     lp_e = torch.logsumexp(le.masked_fill(~hit_e, NEG), -1)
     lp_r = torch.logsumexp(lr.masked_fill(~hit_r, NEG), -1)
-    ent_e = -(le.exp() * le).sum(-1)
-    # a location held by several slots: H = -sum_j p_j log P(location of slot j)
-    same = (ctx.ret_cand[:, :, None] == ctx.ret_cand[:, None, :]).float()
-    p_r = lr.exp()
-    loc_p = torch.bmm(same, p_r.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30)
-    ent_r = -(p_r * loc_p.log()).sum(-1)
-    zero = torch.zeros_like(lp_e)
-    is_e, is_r = actions == EXPLORE, actions == RETURN
-    return (torch.where(is_e, lp_e, torch.where(is_r, lp_r, zero)),
-            torch.where(is_e, ent_e, torch.where(is_r, ent_r, zero)))
+    return torch.where(actions == EXPLORE, lp_e, lp_r)
 
 
 def moving_rows(actions: torch.Tensor) -> torch.Tensor:
@@ -104,15 +95,16 @@ def joint_log_prob(logits: torch.Tensor, head: DestinationHead | None, h: torch.
     """(log pi(a, target | s), entropy estimate) of each row: the action's log-probability plus,
     with a destination head (`head(h, ctx)` -> (explore, return) logits), the destination's,
     computed for the explore and return rows only (`ctx`: the context of those rows, in row
-    order); the entropy is the action entropy plus the chosen action's destination entropy."""
+    order). The entropy is the action's only: an entropy bonus on the destination would pull it
+    toward uniform over the K nearest, away from the public prior, whatever the rewards say."""
     dist = torch.distributions.Categorical(logits=logits)
     lp, ent = dist.log_prob(actions), dist.entropy()
     if head is None:
         return lp, ent
     sel = moving_rows(actions)
     exp_logits, ret_logits = head(h[sel], ctx)
-    dlp, dent = _dest_terms(exp_logits, ret_logits, ctx, actions[sel], targets[sel])
-    return lp.index_add(0, sel, dlp), ent.index_add(0, sel, dent)
+    dlp = _dest_log_prob(exp_logits, ret_logits, ctx, actions[sel], targets[sel])
+    return lp.index_add(0, sel, dlp), ent
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from models.config import TrainConfig
-from models.env import EXPLORE, HOME, RETURN, STAY, EnvState, MobilityEnv
+from models.env import EXPLORE, HOME, N_BANDS, RETURN, STAY, EnvState, MobilityEnv
 from models.policy import NEG, PolicyNet, ValueNet, joint_log_prob, sample_destinations
 from models.ppo import PPOSettings, ppo_update, rollout
 from models.synthesis import synthesize
@@ -28,10 +28,14 @@ def _state(env: MobilityEnv, n: int) -> EnvState:
 
 
 def _random_head(pol: PolicyNet, seed: int) -> None:
+    """Random weights, plus biases that move the distributions clearly off the public ones
+    (explore: favour near bands; return: visit count to the power -2 instead of 1)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in pol.dest.parameters():
             p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        pol.dest.explore.bias[:N_BANDS] -= torch.arange(N_BANDS, dtype=torch.float)
+        pol.dest.ret.bias[-1] -= 3.0
 
 
 def _agrees(targets: torch.Tensor, logp: dict, sd_bound: float = 6.0) -> bool:
@@ -79,6 +83,7 @@ def test_destination_samples_follow_the_exact_softmax(action):
     """Samples of the head against its exact per-location probabilities (the log-probs PPO
     uses). False-failure rate: 6 sd per location over <= 30 locations, < 1e-7."""
     env = MobilityEnv(toy_data(n_loc=300).coords, k_nearest=30)
+    torch.manual_seed(0)  # the trunk's init: the same state whatever ran before
     pol = PolicyNet(env.n_locations, 8, 4, 32, "learned")
     _random_head(pol, 0)
     n = 20_000
@@ -103,6 +108,7 @@ def test_destination_samples_follow_the_exact_softmax(action):
 
 def test_stay_and_home_carry_no_destination_term():
     env = MobilityEnv(toy_data().coords, k_nearest=10)
+    torch.manual_seed(0)
     pol = PolicyNet(env.n_locations, 4, 4, 16, "learned")
     _random_head(pol, 1)
     state = _state(env, 2)
