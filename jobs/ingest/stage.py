@@ -445,7 +445,9 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         t_parsed = time.perf_counter() - t0
         staged = spark.read.parquet(str(folder / "union"))
         figures, dates = count_staged(staged, plan, n_read)
-        figures.update(location_figures(locations))
+        # the planned set: None for check-ins whose P comes from their own location ids
+        figures.update(location_figures(locations if plan.kind == "slots48" else
+                                        plan.locations))
         _refuse_if_nothing_accepted(staged, figures, plan)
         t_staged = time.perf_counter() - t0
         stage_locations(spark, staged, locations, folder, cfg.dataset)

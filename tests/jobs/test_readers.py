@@ -488,3 +488,16 @@ def test_clock_times_and_counts_from_the_day_in_the_file_name():
     # a name whose captured text is no date in date_format is refused, naming the file
     with pytest.raises(InputDataError, match=r"cdr_20141341\.csv: '20141341'.* is not a date"):
         parse_file(content, "cdr_20141341.csv", seconds)
+
+
+def test_the_run_states_its_location_set_in_public_settings():
+    from jobs.ingest.locmap import km_grid, location_figures
+
+    grid = km_grid(2.0, (31.0, 31.4, 121.2, 121.8))
+    rows, cols = grid.shape
+    assert location_figures(grid) == {"location_set": "grid_km", "grid_km": 2.0,
+                                      "grid_bbox": [31.0, 31.4, 121.2, 121.8],
+                                      "grid_cells": rows * cols}
+    assert rows == 23 and cols == 29  # 0.4 deg of latitude = 44.5 km; 0.6 of lon at 31.2 N
+    assert location_figures(Grid(0.01, None)) == {"location_set": "grid_deg", "grid_bbox": None}
+    assert location_figures(None) == {"location_set": "record ids"}  # check-ins' own ids
