@@ -298,6 +298,7 @@ PUBLIC_FIGURES = {
     "local_epsilon_per_round": "dp", "method": "config", "critic": "config", "noise": "config",
     "pilot": "config", "beta": "config", "mechanism": "config", "sampling": "config",
     "rounds_done": "dp", "stopped_reason": "dp",
+    "rounds_planned": "config", "pairs_per_round": "config", "destination": "config",
     "resumed_at_round": "config", "num_processes": "config", "blocks": "config",
     "users": "public", "reward_mean": "dp", "epsilon_by_round": "dp", "warnings": "config",
     "stage_s": "time", "train_launch_s": "time", "seconds_per_round": "time",
@@ -352,6 +353,8 @@ def figures_of(summary: dict, mc: TrainConfig, meta: dict, t_stage: float, t_lau
         "method": mc.scheme, "critic": mc.critic_kind, "noise": mc.noise, "pilot": mc.pilot,
         "beta": mc.beta, "mechanism": mc.mechanism, "sampling": mc.sampling,
         "rounds_done": summary["rounds_done"], "stopped_reason": summary["stopped_reason"],
+        "rounds_planned": mc.rounds, "pairs_per_round": mc.episodes_per_round * 47,  # 47 a day
+        "destination": mc.destination,
         "resumed_at_round": summary["resumed_at"],
         "num_processes": summary["world"], "blocks": summary["blocks"],
         "users": meta["n_users"],

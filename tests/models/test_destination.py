@@ -245,3 +245,24 @@ def test_learned_destinations_spend_what_public_ones_do():
     lrn = fit(tiny_config(**kw, destination="learned"), data)
     assert lrn.accountant == pub.accountant
     assert [h["epsilon"] for h in lrn.history] == [h["epsilon"] for h in pub.history]
+
+
+def test_train_figures_report_the_plan_and_the_round_reached(tmp_path):
+    """Lever 4's reporting: the run's public figures say how many rounds were planned, how many
+    pairs each round releases, which destinations the policy used, and the round reached."""
+    from jobs.train.stage import PUBLIC_FIGURES, figures_of
+
+    mc = tiny_config(rounds=9, destination="learned", target_epsilon=50.0)
+    hist = [{"epsilon_batch": 1.0, "reward_mean": 0.5, "epsilon": 10.0 * (r + 1)}
+            for r in range(4)]
+    summary = {"history": hist, "rounds_done": 4,
+               "stopped_reason": "round 5 would spend 60 > target 50",
+               "accountant": {"epsilon": 40.0, "delta": 1e-5, "basic_epsilon": 90.0,
+                              "method": "rdp", "target_epsilon": 50.0},
+               "ranks": [{"setup_s": 1.0, "rounds_s": 4.0, "rounds_run": 4}],
+               "resumed_at": None, "world": 1, "blocks": 1}
+    figs = figures_of(summary, mc, {"n_users": 5}, 1.0, 6.0, tmp_path)
+    assert figs["rounds_planned"] == 9 and figs["rounds_done"] == 4
+    assert figs["pairs_per_round"] == mc.episodes_per_round * 47
+    assert figs["destination"] == "learned" and figs["stopped_reason"]
+    assert set(figs) <= set(PUBLIC_FIGURES)
