@@ -29,6 +29,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import math  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -163,6 +164,7 @@ def spark_rates(sp, users, mechs, eps=4.0):
     from jobs.keys import pseudonym, user_seed
     from udfs import collect_kernel as K
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
     spark = (SparkSession.builder.master("local[1]").appName("bench_ldp")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.sql.shuffle.partitions", "1")
