@@ -16,6 +16,7 @@ history's "trusted" part, mean over rounds 2..), and the DP start distribution's
 real start distribution and the share of synthetic starts where no real day starts.
 `--pretrain N` / `--critic-steps K` set `critic_pretrain_steps` / `critic_steps` (issue 16
 lever 1); each run's JSON then also holds `critic_gap`, the trusted-zone gap per round.
+`--destination learned` trains the policy's destination head (issue 16 lever 5).
 Prints a table and writes JSON (--out). Realdata: needs ../shared/data.
 Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/reproduce_pategail.py [--rounds 50]
        [--seeds 0,1,2] [--noises 0.1,1.0] [--epsilons 35] [--out results.json]
@@ -118,6 +119,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pretrain", type=int, default=0, help="critic_pretrain_steps")
     ap.add_argument("--critic-steps", type=int, default=2, help="critic_steps a round")
+    ap.add_argument("--destination", default="public", help="public | learned")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -132,7 +134,8 @@ def main() -> None:
     rows.append({"method": "env + real action freq", "setting": "not private",
                  **summarise(ef, COLS)})
     base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes, beta=args.beta,
-                       critic_pretrain_steps=args.pretrain, critic_steps=args.critic_steps)
+                       critic_pretrain_steps=args.pretrain, critic_steps=args.critic_steps,
+                       destination=args.destination)
     plans = [(f"noise {x}", {"noise": float(x)}) for x in args.noises.split(",") if x]
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         lam = noise_for_epsilon(base, data.n_users, data.coords, args.rounds, e)
