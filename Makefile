@@ -20,13 +20,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/trajpriv run --config $(CONFIG)
 
-# Four workers (pytest-xdist), each test file on one worker (--dist loadfile): most tests wait
+# Three workers (pytest-xdist), each test file on one worker (--dist loadfile): most tests wait
 # on JVM starts and subprocesses, and a file's module fixtures (a trained baseline, a reference
-# collection) are then built once, not once per worker. Files are handed out in the order
-# tests/conftest.py sorts them (files with `slow` tests first); xdist's own reorder
-# (most tests first) is off, since it left the one-test whole-DAG run alone at the end.
+# collection) are then built once, not once per worker.
 test: $(STAMP) browser postgres-deps airflow-venv
-	$(VPY) -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder
+	$(VPY) -m pytest -q -n 3 --dist loadfile
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
 browser:

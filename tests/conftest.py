@@ -48,18 +48,3 @@ def spark(spark_config):
     session = get_spark(spark_config)
     yield session
     session.stop()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files holding `slow` tests first, the rest after, each group in collection order.
-
-    Why: `make test` hands whole files to pytest-xdist workers (`--dist loadfile`) in the
-    order of the collection (`--no-loadscope-reorder`; xdist's own reorder puts the files with
-    the most tests first, which left the one-test whole-DAG run for the end, alone, for ten
-    minutes). Starting the longest files at once and filling the workers with the short ones
-    around them keeps the run as long as its longest file. Every worker sorts the same
-    collection the same way, as xdist requires.
-    """
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    order = {id(item): k for k, item in enumerate(items)}
-    items.sort(key=lambda item: (item.path not in slow_files, order[id(item)]))
