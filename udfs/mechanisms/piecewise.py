@@ -22,8 +22,39 @@ def _half(eps: float) -> float:
     return math.exp(min(eps / 2.0, 700.0))
 
 
+class _Window:
+    """The arithmetic both mechanisms share: on a domain of length `DOMAIN`, a window of
+    length DOMAIN/(e^(eps/2)+1) around the input holds mass e^(eps/2)/(e^(eps/2)+1), the rest
+    1/(e^(eps/2)+1) (written without cancellation at large eps)."""
+
+    DOMAIN = 1.0
+    eps: float
+
+    @property
+    def window_len(self) -> float:
+        return self.DOMAIN / (_half(self.eps) + 1.0)
+
+    @property
+    def p_in(self) -> float:
+        """Probability mass of the window around the input."""
+        s = _half(self.eps)
+        return s / (s + 1.0)
+
+    @property
+    def p_out(self) -> float:
+        """Mass of the rest of the domain."""
+        return 1.0 / (_half(self.eps) + 1.0)
+
+    @property
+    def epsilon(self) -> float:
+        """ln of the ratio of the two densities actually used."""
+        inside = self.p_in / self.window_len
+        outside = self.p_out / (self.DOMAIN - self.window_len)
+        return math.log(inside) - math.log(outside)
+
+
 @dataclass(frozen=True)
-class CircularPiecewise:
+class CircularPiecewise(_Window):
     """Direction phi in [0, 2 pi) -> phi' in [0, 2 pi).
 
     Density e^(eps/2)/(2 pi) on the arc of length 2 pi/(e^(eps/2)+1) centred on phi, and
@@ -42,27 +73,11 @@ class CircularPiecewise:
     def __post_init__(self):
         object.__setattr__(self, "eps", check_epsilon(self.eps, "circular piecewise epsilon"))
 
+    DOMAIN = TWO_PI
+
     @property
     def arc(self) -> float:
-        return TWO_PI / (_half(self.eps) + 1.0)
-
-    @property
-    def p_in(self) -> float:
-        """Probability mass of the arc around the input."""
-        s = _half(self.eps)
-        return s / (s + 1.0)
-
-    @property
-    def p_out(self) -> float:
-        """Mass of the rest of the circle, 1/(e^(eps/2)+1) (no cancellation at large eps)."""
-        return 1.0 / (_half(self.eps) + 1.0)
-
-    @property
-    def epsilon(self) -> float:
-        """ln of the ratio of the two densities actually used."""
-        inside = self.p_in / self.arc
-        outside = self.p_out / (TWO_PI - self.arc)
-        return math.log(inside) - math.log(outside)
+        return self.window_len
 
     def pdf(self, y, phi) -> np.ndarray:
         off = np.abs((np.asarray(y, float) - phi + math.pi) % TWO_PI - math.pi)
@@ -93,7 +108,7 @@ class CircularPiecewise:
 
 
 @dataclass(frozen=True)
-class LinearPiecewise:
+class LinearPiecewise(_Window):
     """Value t in [0, 1] -> t' in [0, 1].
 
     Density e^(eps/2) on a window of length 1/(e^(eps/2)+1) centred on t (shifted to stay in
@@ -114,22 +129,7 @@ class LinearPiecewise:
 
     @property
     def width(self) -> float:
-        return 1.0 / (_half(self.eps) + 1.0)
-
-    @property
-    def p_in(self) -> float:
-        s = _half(self.eps)
-        return s / (s + 1.0)
-
-    @property
-    def p_out(self) -> float:
-        return 1.0 / (_half(self.eps) + 1.0)
-
-    @property
-    def epsilon(self) -> float:
-        inside = self.p_in / self.width
-        outside = self.p_out / (1.0 - self.width)
-        return math.log(inside) - math.log(outside)
+        return self.window_len
 
     def window(self, t) -> np.ndarray:
         """Left end of the high-density window for input(s) t."""
