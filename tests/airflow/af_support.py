@@ -140,6 +140,10 @@ if "trajpriv_raw.privacy_ledger" in counts:
         ).collect()
     ]
     counts["__releases__"] = releases
+    counts["__spent_twice__"] = spark.sql(
+        "SELECT count(*) AS n FROM (SELECT traj_key FROM trajpriv_raw.privacy_ledger "
+        "WHERE stage = 'collect' AND state = 'spent' GROUP BY traj_key HAVING count(*) > 1)"
+    ).first()["n"]
 counts["__drift__"] = catalogue_drift(spark)  # tables and views against jobs/spark/tables.py
 print("TABLE_COUNTS " + json.dumps({"counts": counts, "ledger": ledger}))
 stop_spark(spark)

@@ -2,7 +2,7 @@
 
 Each test runs whole DAG runs (one JVM start per stage), so they are marked `slow`; they stay in
 `make test`. Every run gets its own data root and logical date; the Airflow metadata DB is shared
-by the tests of a worker. The whole-pipeline run is in test_dag_full_run.py.
+by the tests of this file (one worker under `--dist loadfile`: one `airflow db migrate`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from af_support import table_counts
+from af_support import TASK_IDS, table_counts
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ STAGE_TABLES = {
 SMALL = ["datagen.users=60", "datagen.days=7", "train.rounds=2", "train.noise=2.0",
          "synthesize.n_days=60",
          "evaluate.lira_shadows=2", "evaluate.attack_bootstrap=50"]
-# The collection-side tasks only (the multi-date test): the rest is marked success.
+# Not the collection (the later dates of the multi-date run): marked success, not run.
 NOT_COLLECTION = ("train", "synthesize", "evaluate", "report")
 
 
@@ -50,35 +50,50 @@ def _private_modes(root: Path) -> list[str]:
             if not p.is_symlink() and p.stat().st_mode & 0o077]
 
 
-def test_three_logical_dates_release_each_day_once_and_a_rerun_spends_nothing(
-    airflow, tmp_path: Path
-):
-    """The schedule by the book: each logical date collects its data interval's trajectories
-    only; a second date re-releases nothing of the first; rerunning a date spends nothing."""
+def test_a_full_run_then_two_more_dates_and_a_rerun(airflow, tmp_path: Path):
+    """The pipeline by the book, in as few JVM starts as the claims allow (one DAG run each):
+
+    1. 2026-01-05, the whole DAG on the embedded default made small: every stage through
+       spark-submit succeeds, every table is written as the catalogue says, a report exists,
+       every file under the data root is private;
+    2. 2026-01-06 and 2026-01-07, the collection only: each logical date collects its data
+       interval's trajectories, a later date re-releases nothing of an earlier one;
+    3. 2026-01-07 again: rerunning a date spends nothing.
+    One table count at the end checks all of it (each count is a JVM start).
+    """
     root = tmp_path / "data"
     # The embedded data placed around the logical dates (the generator is deterministic, so
-    # every run's datagen + ingest writes the same records).
+    # later runs may skip datagen + ingest: they would write the same rows).
     params = {"storage_root": str(root),
-              "overrides": ["datagen.start_date=2026-01-01", "datagen.days=10",
-                            "datagen.users=60"]}
-    for k, date in enumerate(("2026-01-05", "2026-01-06", "2026-01-07")):
-        # datagen + ingest once (later runs would write the same rows): a JVM start each saved
-        skip = NOT_COLLECTION if k == 0 else ("datagen", "ingest", *NOT_COLLECTION)
-        result = airflow.dags_test(date, params, skip=skip)
-        _expect_all_tasks_succeeded(result)
+              "overrides": ["datagen.start_date=2026-01-01", *SMALL, "datagen.days=10"]}
+
+    first = airflow.dags_test("2026-01-05", params)
+    _expect_all_tasks_succeeded(first)
+    assert set(first.task_states) == {"collection.choose_source", *TASK_IDS.values()}
+    assert list(root.rglob("report.html")), f"no report.html under {root}"
+    # Zones: every file under the data root (landing CSVs, warehouse, metastore, keys, run
+    # folders, the report with raw points) is private to its owner: 0600 files, 0700 folders.
+    assert _private_modes(root) == []
+    assert not (root / "staging").exists() or not any((root / "staging").iterdir())
+
+    collection_only = ("datagen", "ingest", *NOT_COLLECTION)
+    for date in ("2026-01-06", "2026-01-07", "2026-01-07"):  # the last one is the rerun
+        _expect_all_tasks_succeeded(airflow.dags_test(date, params, skip=collection_only))
+
     counts, ledger = table_counts(root)
+    assert counts.pop("__drift__") == []  # every table and view as jobs/spark/tables.py says
+    for stage, tables in STAGE_TABLES.items():
+        for table in tables:
+            assert counts.get(table, 0) > 0, f"{stage} left {table} empty or missing: {counts}"
     releases = counts["__releases__"]
+    # three releases (the rerun made none), each of exactly one day, a different day each time
     assert len(releases) == 3, releases
     days = [r[1] for r in releases]
-    # each release holds the trajectories of exactly one day, a different day each time
     assert all(len(d) == 1 for d in days) and len({d[0] for d in days}) == 3, days
     assert sorted(d[0] for d in days) == [d[0] for d in days], "released in date order"
-
-    rerun = airflow.dags_test("2026-01-07", params, skip=("datagen", "ingest", *NOT_COLLECTION))
-    _expect_all_tasks_succeeded(rerun)
-    counts, ledger_again = table_counts(root)
-    assert counts["__releases__"] == releases and ledger_again == ledger, (
-        "rerunning a logical date spent privacy budget again")
+    # ... and nothing spent twice: the rerun found its trajectories released, charged nothing
+    assert counts["__spent_twice__"] == 0, "rerunning a logical date spent privacy budget again"
+    assert ledger[0] > 0
 
 
 def test_bad_config_value_fails_the_run_with_the_jobs_message(airflow, tmp_path: Path):
