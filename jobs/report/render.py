@@ -1,41 +1,60 @@
-"""Render the run report: a self-contained HTML page with PNG figures, and figures.json.
+"""Render the run report: one self-contained HTML page with PNG figures, and figures.json.
 
 Pure pandas + matplotlib (no Spark): `jobs/report/stage.py` collects the small tables and calls
-`render_report`. Every number drawn is also written to figures.json, so a reader can check a bar
-against its value and a script can diff two runs.
+`render_report`. Top to bottom: a header (dataset, runs, config hash, privacy unit and what a
+user spent), a summary in words with the warnings, then one section per family (LDP error,
+mobility divergences, attacks, privacy spent), the map and the training curves. Every number
+shown is also in figures.json, written as strict JSON (missing = null, never NaN), so a script
+can diff two runs.
 """
 
 from __future__ import annotations
 
-import base64
+import datetime as dt
 import html
-import io
 import json
-import re
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from jobs.report.figures import plot_divergences, plot_ldp_error, plot_map, plot_training
+from jobs.report.names import display
+from jobs.report.summary import ldp_sentences, mobility_sentences, privacy_sentence
+from jobs.report.tables import (
+    AT_MAX,
+    MOBILITY_LABELS,
+    MOBILITY_METRICS,
+    against_uniform,
+    baseline_row,
+    home_table,
+    ldp_error_table,
+    membership_table,
+    mobility_table,
+    utility_and_attacks,
+)
 
-MOBILITY_METRICS = ("distance", "radius", "duration", "dailyloc", "grank", "irank")
-# attack metric names (jobs/evaluate/attacks.py): <attack>_<figure>[_lo|_hi]
-MEMBERSHIP_METRIC = re.compile(
-    r"^(?P<attack>whitebox_mia|lira_policy_offline|lira_policy|lira_critic)_"
-    r"(?P<figure>auc|balanced_accuracy|tpr_at_[0-9.]+pct_fpr|n_eval)(?P<side>_lo|_hi)?$")
-ATTACK_CONTEXT = ("attack_users", "lira_shadows")
-ATTACK_LABELS = {"whitebox_mia": "white-box MIA (critics)", "lira_policy": "LiRA, policy",
-                 "lira_policy_offline": "LiRA, policy, offline", "lira_critic": "LiRA, critic"}
-UNIFORM_BASELINE = "uniform_random"  # jobs.evaluate.stage's trivial generator beside synthetic days
-KIND_STYLE = {
-    "real": ("#1b9e77", "o"),
-    "perturbed": ("#d95f02", "x"),
-    "synthetic": ("#7570b3", "^"),
-}
+MISSING = "\u2014"  # an em dash where a table has no figure (never "NaN")
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:0 auto;padding:16px 24px;max-width:1320px;
+ color:#222;line-height:1.45}
+h1{margin:0 0 .3em}h2{margin-top:1.6em;border-bottom:2px solid #ddd;padding-bottom:.2em}
+header.meta{background:#f4f6f8;border:1px solid #d8dde3;border-radius:6px;padding:10px 16px}
+header.meta dl{display:grid;grid-template-columns:max-content 1fr;gap:3px 18px;margin:0}
+header.meta dt{font-weight:600}header.meta dd{margin:0}
+.warn{background:#fff4e5;border-left:6px solid #e67700;padding:8px 14px;margin:10px 0}
+.warn ul{margin:4px 0 0 0}
+table.t{border-collapse:collapse;font-size:14px;margin:8px 0}
+table.t td,table.t th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+table.t th{background:#f4f6f8}table.t td.s{text-align:left}
+td.bad{background:#fde0dc}td.max{background:#f8b4aa;font-weight:700}
+figure{margin:12px 0}figure img{width:100%;height:auto;display:block}
+figcaption{color:#555;font-size:14px}
+code{background:#f4f6f8;padding:0 3px}
+"""
 
 
 @dataclass
@@ -44,293 +63,238 @@ class ReportInputs:
 
     dataset: str
     evaluation: pd.DataFrame  # run_id, dataset, method, setting, metric, value
-    map_points: pd.DataFrame = field(default_factory=pd.DataFrame)  # kind, who, lat, lon
+    map_points: pd.DataFrame = field(default_factory=pd.DataFrame)  # kind, who, traj, seq, lat, lon
     training: pd.DataFrame = field(default_factory=pd.DataFrame)  # round, metric, value
-    privacy: pd.DataFrame = field(default_factory=pd.DataFrame)  # source, setting, epsilon, delta
+    privacy: pd.DataFrame = field(default_factory=pd.DataFrame)  # source, setting, epsilon, ...
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_id, stage, status, wall_s
+    header: dict[str, Any] = field(default_factory=dict)  # see `_header_html`
+    locations: pd.DataFrame = field(default_factory=pd.DataFrame)  # the public set: lat, lon
 
 
-def _png(fig: plt.Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+def _missing(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float | np.floating) and not math.isfinite(float(value))
 
 
-def plot_ne_vs_epsilon(evaluation: pd.DataFrame) -> str | None:
-    """NE against epsilon, one line per collection mechanism."""
-    ne = evaluation[evaluation["metric"].str.lower() == "ne"].copy()
-    if ne.empty:
+def jsonable(value: Any) -> Any:
+    """A value strict JSON can hold: NaN / inf / NA become null, numpy scalars plain."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, pd.DataFrame):
+        return [jsonable(r) for r in value.to_dict(orient="records")]
+    if _missing(value):
         return None
-    ne["epsilon"] = pd.to_numeric(ne["setting"], errors="coerce")
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for method, part in ne.dropna(subset=["epsilon"]).groupby("method"):
-        part = part.groupby("epsilon", as_index=False)["value"].mean().sort_values("epsilon")
-        ax.plot(part["epsilon"], part["value"], marker="o", label=str(method).upper())
-    ax.set_xlabel("epsilon per trajectory")
-    ax.set_ylabel("normalised error (NE)")
-    ax.set_xscale("log")
-    ax.set_title("LDP collection: NE against epsilon (lower is better)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _png(fig)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dt.date | dt.datetime | pd.Timestamp):
+        return value.isoformat()
+    if isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
-def plot_divergences(evaluation: pd.DataFrame) -> str | None:
-    """Bar chart of the mobility JSDs per method and setting."""
-    jsd = evaluation[evaluation["metric"].isin(MOBILITY_METRICS)]
-    if jsd.empty:
-        return None
-    setting = pd.to_numeric(jsd["setting"], errors="coerce").map(
-        lambda v: "" if pd.isna(v) else f" {v:.3g}"
-    )
-    jsd = jsd.assign(label=jsd["method"].astype(str) + setting)
-    table = jsd.pivot_table(index="metric", columns="label", values="value", aggfunc="mean")
-    table = table.reindex([m for m in MOBILITY_METRICS if m in table.index])
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(table.index) + 2), 3.8))
-    table.plot.bar(ax=ax, rot=0, width=0.8)
-    ax.set_ylabel("Jensen-Shannon divergence (nats)")
-    ax.set_title("Mobility statistics against real days (lower is better)")
-    ax.legend(fontsize=7, ncols=2)
-    ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+def _cell(column: str, value: Any) -> str:
+    if _missing(value):
+        return MISSING
+    if column == "epsilon" and isinstance(value, float | int | np.number):
+        return f"{float(value):g}"
+    if isinstance(value, float | np.floating):
+        return f"{float(value):.4g}"
+    return html.escape(str(value))
 
 
-def plot_map(points: pd.DataFrame) -> str | None:
-    """Real, perturbed and synthetic points of a few pseudonymous users."""
-    if points.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 5))
-    for kind, part in points.groupby("kind"):
-        colour, marker = KIND_STYLE.get(str(kind), ("#666666", "."))
-        ax.scatter(part["lon"], part["lat"], s=14, c=colour, marker=marker, label=kind, alpha=0.7)
-    ax.set_xlabel("longitude")
-    ax.set_ylabel("latitude")
-    ax.set_title("Points of a few users: real vs perturbed vs synthetic")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return _png(fig)
+def table_html(frame: pd.DataFrame, css=None, labels: dict[str, str] | None = None) -> str:
+    """A plain HTML table: missing cells as a dash, numbers right-aligned, text left;
+    `css(column, row) -> class` marks cells (a model losing to uniform, say)."""
+    if frame is None or frame.empty:
+        return "<p>(none in this run)</p>"
+    labels = labels or {}
+    head = "".join(f"<th>{html.escape(labels.get(str(c), str(c)))}</th>" for c in frame.columns)
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for col in frame.columns:
+            value = row[col]
+            cls = (css(col, row) if css else "") or ""
+            if isinstance(value, str):
+                cls = f"{cls} s".strip()
+            attr = f' class="{cls}"' if cls else ""
+            cells.append(f"<td{attr}>{_cell(str(col), value)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="t"><tr>{head}</tr>' + "".join(body) + "</table>"
 
 
-def plot_training(training: pd.DataFrame) -> str | None:
-    """Training curves: one panel per tracked quantity (reward, losses, epsilon spent)."""
-    if training.empty:
-        return None
-    metrics = list(dict.fromkeys(training["metric"]))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        part = training[training["metric"] == metric].sort_values("round")
-        ax.plot(part["round"], part["value"], marker=".")
-        ax.set_title(metric)
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-    fig.suptitle("Training")
-    return _png(fig)
+def _mobility_css(table: pd.DataFrame):
+    """Cells that lose to the row's uniform baseline (light red) or sit at ln 2 (dark red)."""
+    def css(col: str, row: pd.Series) -> str:
+        if col not in MOBILITY_METRICS or _missing(row[col]):
+            return ""
+        if row[col] >= AT_MAX:
+            return "max"
+        base = baseline_row(table, row)
+        if base is not None and not _missing(base[col]) and row[col] >= base[col]:
+            return "bad"
+        return ""
+
+    return css
 
 
-def _table_html(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "<p>(none)</p>"
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t")
+def _figure(title: str, drawn, caption: str) -> str:
+    if drawn is None:
+        return f"<p>(no data for the figure &ldquo;{html.escape(title)}&rdquo; in this run)</p>"
+    return (f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{drawn[0]}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def is_attack_metric(metric: pd.Series) -> pd.Series:
-    """Rows that are attack figures (shown in the attack tables, not in the metric table)."""
-    m = metric.astype(str)
-    return (m.str.match(MEMBERSHIP_METRIC.pattern) | m.str.startswith("home_reid_")
-            | m.isin(ATTACK_CONTEXT))
+def _warnings_html(warnings: list[str]) -> str:
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+    return f'<div class="warn"><strong>&#9888; Warning</strong><ul>{items}</ul></div>'
 
 
-def _ci(value: float, lo: float, hi: float) -> str:
-    return "" if pd.isna(value) else f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
-def membership_table(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """One row per (method, setting, attack): AUC, balanced accuracy and TPR at low FPR, each
-    with its 95% bootstrap interval, and how many candidate days the figures come from."""
-    parts = evaluation["metric"].astype(str).str.extract(MEMBERSHIP_METRIC.pattern)
-    rows = evaluation.join(parts).dropna(subset=["attack"])
-    if rows.empty:
-        return pd.DataFrame()
-    rows = rows.assign(key=rows["figure"] + rows["side"].fillna(""),
-                       setting=pd.to_numeric(rows["setting"], errors="coerce"))
-    wide = rows.pivot_table(index=["method", "setting", "attack"], columns="key",
-                            values="value", aggfunc="mean").reset_index()
-    tpr = next((c for c in wide.columns if str(c).startswith("tpr_at_")
-                and not str(c).endswith(("_lo", "_hi"))), None)
-    pct = tpr[len("tpr_at_"):-len("pct_fpr")] if tpr else "1"
-    out = pd.DataFrame({
-        "method": wide["method"], "setting": wide["setting"],
-        "attack": wide["attack"].map(lambda a: ATTACK_LABELS.get(a, a)),
-        "AUC [95% CI]": [_ci(*v) for v in wide[["auc", "auc_lo", "auc_hi"]].to_numpy()],
-        "balanced accuracy [95% CI]": [
-            _ci(*v) for v in wide[["balanced_accuracy", "balanced_accuracy_lo",
-                                   "balanced_accuracy_hi"]].to_numpy()],
-        f"TPR at {pct}% FPR [95% CI]": [
-            _ci(*v) for v in wide[[tpr, f"{tpr}_lo", f"{tpr}_hi"]].to_numpy()] if tpr else "",
-        "days evaluated": wide.get("n_eval", pd.Series(dtype=float)).astype("Int64"),
-    })
-    order = list(ATTACK_LABELS.values())
-    return out.assign(_a=out["attack"].map(order.index)).sort_values(
-        ["method", "setting", "_a"]).drop(columns="_a")
-
-
-def home_table(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """Home re-identification per published view: share of users whose inferred home lies
-    within 1 km of the true one (95% interval) and the median error."""
-    home = evaluation[evaluation["metric"].astype(str).str.startswith("home_reid_")]
-    if home.empty:
-        return pd.DataFrame()
-    wide = _wide(home).dropna(subset=["home_reid_share_within_km"])
-    ends = {"raw": 0, "perturbed_uniform": 2}  # the two ends of the scale first and last
-    wide = wide.assign(_o=wide["method"].map(lambda m: ends.get(m, 1))).sort_values(
-        ["_o", "method", "setting"]).drop(columns="_o")
-    return pd.DataFrame({
-        "published view": wide["method"], "epsilon": wide["setting"],
-        "home within 1 km [95% CI]": [
-            _ci(*v) for v in wide[["home_reid_share_within_km", "home_reid_share_lo",
-                                   "home_reid_share_hi"]].to_numpy()],
-        "median error (km)": wide.get("home_reid_median_error_km"),
-    })
-
-
-def utility_and_attacks(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """For each (method, setting) that was attacked: its mobility divergences next to the
-    membership AUCs of the same run, so privacy and utility are read on one line."""
-    parts = evaluation["metric"].astype(str).str.extract(MEMBERSHIP_METRIC.pattern)
-    auc = evaluation[(parts["figure"] == "auc") & parts["side"].isna()]
-    if auc.empty:
-        return pd.DataFrame()
-    keep = pd.concat([evaluation[evaluation["metric"].isin(MOBILITY_METRICS)],
-                      auc.assign(metric=parts.loc[auc.index, "attack"]
-                                 .map(lambda a: f"{ATTACK_LABELS.get(a, a)} AUC"))])
-    wide = _wide(keep)
-    cols = [f"{v} AUC" for v in ATTACK_LABELS.values() if f"{v} AUC" in wide.columns]
-    wide = wide.dropna(subset=cols, how="all")  # attacked (method, setting) pairs only
-    cols = [m for m in MOBILITY_METRICS if m in wide.columns] + cols
-    return wide[["method", "setting", *cols]]
-
-
-def baseline_verdicts(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """Per synthetic model of an evaluate run: the mobility metrics on which its days are closer
-    to the real held-out days than the same run's uniform random days, and a plain verdict.
-
-    A private model that does not beat uniform on a metric has learnt nothing usable about it
-    at its epsilon; the report says so rather than leaving it to a reader to compare rows."""
-    from models.config import SCHEMES
-
-    cols = ["method", "setting", "beats uniform on", "loses to uniform on", "verdict"]
-    rows = evaluation[evaluation["metric"].isin(MOBILITY_METRICS)]
-    out = []
-    for _run_id, run in rows.groupby("run_id"):
-        base = run[run["method"] == UNIFORM_BASELINE].set_index("metric")["value"]
-        if base.empty:
-            continue
-        for (method, setting), model in run[run["method"].isin(SCHEMES)].groupby(
-                ["method", "setting"], dropna=False):
-            vals = model.set_index("metric")["value"]
-            shared = [m for m in MOBILITY_METRICS if m in vals.index and m in base.index]
-            wins = [m for m in shared if vals[m] < base[m]]
-            losses = [m for m in shared if m not in wins]
-            verdict = ("beats uniform random on every metric" if not losses else
-                       f"does NOT beat uniform random on {len(losses)} of {len(shared)} metrics")
-            out.append((method, setting, ", ".join(wins), ", ".join(losses), verdict))
-    return pd.DataFrame(out, columns=cols)
-
-
-def _wide(rows: pd.DataFrame) -> pd.DataFrame:
-    """(method, setting, metric, value) rows -> one row per (method, setting) that occurs
-    (a setting may be missing, as for `raw`), one column per metric."""
-    rows = rows.assign(setting=pd.to_numeric(rows["setting"], errors="coerce"))
-    wide = (rows.groupby(["method", "setting", "metric"], dropna=False)["value"].mean()
-            .unstack("metric").reset_index())
-    wide.columns.name = None
-    return wide
-
-
-def metric_table(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """Every utility metric per method and setting, one row per (method, setting); attack
-    figures have their own tables."""
-    if evaluation.empty:
-        return evaluation
-    evaluation = evaluation[~is_attack_metric(evaluation["metric"])]
-    if evaluation.empty:
-        return evaluation
-    wide = evaluation.pivot_table(
-        index=["method", "setting"], columns="metric", values="value", aggfunc="mean"
-    ).reset_index()
-    wide.columns.name = None
-    order = pd.to_numeric(wide["setting"], errors="coerce")
-    return wide.assign(_o=order).sort_values(["method", "_o", "setting"]).drop(columns="_o")
+def _header_html(dataset: str, header: dict[str, Any]) -> str:
+    rows = [("Dataset", dataset)]
+    if header.get("generated_at"):
+        rows.append(("Generated", str(header["generated_at"])))
+    if header.get("config_hash"):
+        rows.append(("Config hash", f"<code>{html.escape(str(header['config_hash']))}</code>"))
+    runs = header.get("runs") or []
+    if runs:
+        rows.append(("Runs", "<br>".join(
+            f"{html.escape(str(r.get('stage')))}: <code>{html.escape(str(r.get('run_id')))}"
+            f"</code>" for r in runs)))
+    if header.get("release"):
+        r = header["release"]
+        rows.append(("Published release",
+                     html.escape(f"{display(str(r['mechanism']))} at epsilon "
+                                 f"{float(r['epsilon']):g} ({r.get('release_id', '')})")))
+    if header.get("privacy_unit"):
+        rows.append(("Privacy unit", html.escape(
+            f"one {header['privacy_unit']}; budget epsilon {header.get('budget', 0):g} per "
+            f"{header.get('window_days', '?')}-day window")))
+    spent = privacy_sentence(header)
+    if spent:
+        rows.append(("Spent per " + str(header.get("privacy_unit", "user")),
+                     html.escape(spent.removeprefix("Privacy: "))))
+    body = "".join(f"<dt>{k}</dt><dd>{v if k != 'Dataset' else html.escape(v)}</dd>"
+                   for k, v in rows)
+    return f'<header class="meta"><dl>{body}</dl></header>'
 
 
 def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     """Write report.html and figures.json into out_dir; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    images = {
-        "Collection: NE against epsilon": plot_ne_vs_epsilon(inputs.evaluation),
-        "Mobility divergences": plot_divergences(inputs.evaluation),
-        "Map of a few users": plot_map(inputs.map_points),
-        "Training curves": plot_training(inputs.training),
+    ev = inputs.evaluation
+    ldp = ldp_error_table(ev)
+    mobility = mobility_table(ev)
+    verdicts = against_uniform(mobility)
+    membership, home, joint = membership_table(ev), home_table(ev), utility_and_attacks(ev)
+    ldp_words, ldp_warn = ldp_sentences(ldp)
+    mob_words, mob_warn = mobility_sentences(mobility, verdicts)
+    spent = privacy_sentence(inputs.header)
+    words = ldp_words + mob_words + ([spent] if spent else [])
+    warnings = ldp_warn + mob_warn
+    charts = {
+        "ldp_error": plot_ldp_error(ldp),
+        "divergences": plot_divergences(mobility),
+        "map": plot_map(inputs.map_points, inputs.locations),
+        "training": plot_training(inputs.training),
     }
-    membership = membership_table(inputs.evaluation)
-    home = home_table(inputs.evaluation)
-    verdicts = baseline_verdicts(inputs.evaluation)
+    labels = {**MOBILITY_LABELS, "name": "method"}
+    attacked = not (membership.empty and home.empty and joint.empty)
+    model_warn = [w for w in warnings if "(synthetic model)" in w]
     sections = [
         f"<h1>trajpriv report: {html.escape(inputs.dataset)}</h1>",
-        "<h2>Every utility metric per method and setting</h2>",
-        _table_html(metric_table(inputs.evaluation)),
-        "<h2>Synthetic days against uniform random</h2>",
-        "<p>Per trained model: the divergences (lower is better) on which its synthetic days "
-        "are closer to the real held-out days than days drawn uniformly from the public map "
-        "(<code>uniform_random</code> above).</p>",
-        _table_html(verdicts),
-        "<h2>Utility and attacks of the same run</h2>",
-        "<p>Mobility divergences (lower is better) next to the membership-inference AUCs of the "
-        "same trained model (0.5 = the attacker cannot tell training days from held-out days "
-        "of the same users). Run <code>trajpriv evaluate --attacks</code> to fill this.</p>",
-        _table_html(utility_and_attacks(inputs.evaluation)),
-        "<h2>Membership inference</h2>",
-        "<p>Figures on the attacker's held-out half of the candidate days; an interval that "
-        "contains 0.5 (AUC, balanced accuracy) or the FPR itself (TPR) means no signal found "
-        "at this sample size.</p>",
-        _table_html(membership),
-        "<h2>Home re-identification</h2>",
-        "<p>Read between raw (no protection) and uniform (chance from the public map).</p>",
-        _table_html(home),
-        "<h2>Privacy spent</h2>",
-        _table_html(inputs.privacy),
+        _header_html(inputs.dataset, inputs.header),
+        '<section id="summary"><h2>Summary</h2>',
+        "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in words) + "</ul>"
+        if words else "<p>(no evaluation figures in this run)</p>",
+        _warnings_html(warnings),
+        "</section>",
+        '<section id="ldp"><h2>LDP collection: error of each mechanism</h2>',
+        "<p>Each (mechanism, epsilon) of the latest study and the published release against "
+        "the raw trajectories. NE: normalised error (lower is better); PRQ: share of points "
+        "within the radius (higher is better); ACD and Kendall tau: how well the most visited "
+        "locations keep their counts and order.</p>",
+        table_html(ldp, labels=labels),
+        _figure("LDP error against epsilon", charts["ldp_error"],
+                "One colour per mechanism; lines: the study, stars: the published release."),
+        "</section>",
+        '<section id="mobility"><h2>Mobility divergences against real days</h2>',
+        "<p>Jensen-Shannon divergence (nats, 0 = identical, ln 2 = 0.693 = nothing in common) "
+        "of each statistic against real days. Synthetic models are judged against uniform "
+        "random days from the public map; perturbed settings against the UNIFORM (LDP) "
+        "mechanism at the same epsilon. Light red: no better than that uniform baseline; dark "
+        "red: at the maximum ln 2.</p>",
+        _warnings_html(model_warn),
+        table_html(mobility, css=_mobility_css(mobility), labels=labels),
+        "<h3>Against uniform, in words</h3>",
+        table_html(verdicts, labels=labels),
+        _figure("Mobility divergences", charts["divergences"],
+                "Lines: perturbed settings of the study by epsilon; stars: the published "
+                "release; diamonds: synthetic models at their training epsilon; dashed: uniform "
+                "random days; dotted: real training days (the floor)."),
+        "</section>",
+        '<section id="attacks"><h2>Attacks on our own output</h2>',
+        "" if attacked else "<p>No attack figures in this run: run <code>trajpriv evaluate "
+        "--attacks</code> to fill this section.</p>",
+        "<h3>Utility and attacks of the same model</h3>",
+        "<p>Divergences next to the membership-inference AUCs of the same trained model "
+        "(0.5 = the attacker cannot tell training days from held-out days).</p>",
+        table_html(joint, labels=labels),
+        "<h3>Membership inference</h3>",
+        "<p>On the attacker's held-out half of the candidate days; an interval containing 0.5 "
+        "(AUC, balanced accuracy) or the FPR itself (TPR) means no signal at this sample "
+        "size.</p>",
+        table_html(membership, labels=labels),
+        "<h3>Home re-identification</h3>",
+        "<p>Read between raw points (no protection) and the UNIFORM mechanism (chance).</p>",
+        table_html(home, labels=labels),
+        "</section>",
+        '<section id="privacy"><h2>Privacy spent</h2>',
+        f"<p>{html.escape(spent)}</p>" if spent else "",
+        table_html(inputs.privacy),
+        "</section>",
+        '<section id="map"><h2>Map: real, perturbed and synthetic</h2>',
+        _figure("Map", charts["map"],
+                "A few pseudonymous users over the public location set (grey), equal-aspect "
+                "(longitude scaled by cos latitude); one colour per user, one line per "
+                "trajectory; synthetic days belong to no user (one colour per day)."),
+        "</section>",
+        '<section id="training"><h2>Training</h2>',
+        _figure("Training curves", charts["training"], "Per training round."),
+        "</section>",
+        '<section id="runs"><h2>Stage runs</h2>',
+        table_html(inputs.runs),
+        "</section>",
     ]
-    for title, data in images.items():
-        sections.append(f"<h2>{html.escape(title)}</h2>")
-        if data is None:
-            sections.append("<p>(no data for this figure in this run)</p>")
-        else:
-            sections.append(f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">')
-    sections += ["<h2>Stage runs</h2>", _table_html(inputs.runs)]
-    style = (
-        "body{font-family:sans-serif;margin:2em;max-width:1100px}"
-        "table.t{border-collapse:collapse;font-size:13px}"
-        "table.t td,table.t th{border:1px solid #ccc;padding:3px 6px}"
-        "img{max-width:100%}"
-    )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>trajpriv report</title>"
-        f"<style>{style}</style></head><body>" + "\n".join(sections) + "</body></html>"
-    )
+    page = ("<!doctype html><html><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width'>"
+            f"<title>trajpriv report: {html.escape(inputs.dataset)}</title>"
+            f"<style>{STYLE}</style></head><body>" + "\n".join(sections) + "</body></html>")
     html_path = out_dir / "report.html"
     html_path.write_text(page, encoding="utf-8")
-    figures: dict[str, Any] = {
+    evaluation = ev.assign(name=ev["method"].map(display)) if not ev.empty else ev
+    figures = jsonable({
         "dataset": inputs.dataset,
-        "evaluation": inputs.evaluation.to_dict(orient="records"),
-        "training": inputs.training.to_dict(orient="records"),
-        "privacy": inputs.privacy.to_dict(orient="records"),
-        "against_uniform": verdicts.to_dict(orient="records"),
-        "attacks": {"membership": membership.to_dict(orient="records"),
-                    "home": home.to_dict(orient="records")},
+        "header": inputs.header,
+        "summary": words,
+        "warnings": warnings,
+        "tables": {"ldp_error": ldp, "mobility": mobility, "against_uniform": verdicts,
+                   "utility_and_attacks": joint, "privacy": inputs.privacy},
+        "against_uniform": verdicts,
+        "attacks": {"membership": membership, "home": home},
+        "evaluation": evaluation,
+        "training": inputs.training,
+        "privacy": inputs.privacy,
+        "charts": {k: v[1] for k, v in charts.items() if v is not None},
         "map_points": int(len(inputs.map_points)),
-        "figures_drawn": [title for title, data in images.items() if data is not None],
-    }
+        "figures_drawn": [k for k, v in charts.items() if v is not None],
+    })
     json_path = out_dir / "figures.json"
-    json_path.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
+    json_path.write_text(json.dumps(figures, indent=1, allow_nan=False), encoding="utf-8")
     return html_path, json_path

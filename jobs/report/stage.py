@@ -10,6 +10,8 @@ Row shapes: evaluation (few hundred rows) / runs (one row per stage run) / point
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -25,12 +27,69 @@ from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key
 from jobs.report.render import ReportInputs, render_report
 from jobs.spark.catalog import table_exists
-from jobs.spark.tables import EVALUATION, PERTURBED_TRAJECTORIES, POINTS, RUNS, SYNTHETIC_POINTS
+from jobs.spark.tables import (
+    EVALUATION,
+    LOCATIONS,
+    PERTURBED_TRAJECTORIES,
+    RUNS,
+    SYNTHETIC_POINTS,
+)
 
 log = logging.getLogger("trajpriv.report")
 
 MAP_USERS = 3
 MAP_POINTS_PER_KIND = 300
+MAP_TRAJECTORIES_PER_USER = 3
+MAP_CONTEXT_POINTS = 20_000
+
+
+def _header(spark: SparkSession, cfg: Config, latest: dict[str, pd.Series | None],
+            ledger_rows: list[dict], train_privacy: list[dict]) -> dict[str, Any]:
+    """What the page's header says: dataset, the runs shown, the config hash, the privacy unit
+    and what a user spent (distribution figures of the ledger, as `trajpriv budget` shows)."""
+    from jobs.spark.ledger import collect_releases, per_user_window
+
+    p = cfg.privacy
+    shown = [(stage, r) for stage, r in latest.items() if r is not None]
+    config_text = next((r["config"] for _, r in shown if r.get("config")), None)
+    header: dict[str, Any] = {
+        "dataset": cfg.dataset,
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "config_hash": (hashlib.sha256(config_text.encode()).hexdigest()[:12]
+                        if config_text else None),
+        "runs": [{"stage": stage, "run_id": r["run_id"]} for stage, r in shown],
+        "privacy_unit": p.unit, "budget": float(p.budget), "window_days": int(p.window_days),
+    }
+    releases = collect_releases(spark, cfg.dataset)
+    if releases:
+        last = releases[-1]
+        header["release"] = {"mechanism": last.mechanism, "epsilon": float(last.epsilon),
+                             "release_id": last.release_id}
+    windows = [r for r in ledger_rows if r["source"].startswith("collection")]
+    if windows:
+        total = per_user_window(spark, cfg.dataset, p.window_days).groupBy("user_id").agg(
+            F.sum("epsilon").alias("t")).agg(F.max("t").alias("max"),
+                                             F.count(F.lit(1)).alias("users")).first()
+        header["collection"] = {"windows": len(windows),
+                                "users": int(total["users"]),
+                                "max_window_epsilon": max(r["epsilon"] for r in windows),
+                                "max_total_epsilon": float(total["max"])}
+    train = next((r for r in ledger_rows if r["source"].startswith("training")), None)
+    if train is not None:
+        header["training"] = {"epsilon": train["epsilon"], "delta": train["delta"],
+                              "users": train["users"], "model": "central"}
+    elif train_privacy:
+        header["training"] = {"epsilon": train_privacy[0]["epsilon"],
+                              "delta": train_privacy[0]["delta"], "model": "central"}
+    return header
+
+
+def _locations(spark: SparkSession, dataset: str) -> pd.DataFrame:
+    """The public location set (grey context of the map)."""
+    if not table_exists(spark, LOCATIONS):
+        return pd.DataFrame(columns=["lat", "lon"])
+    return (spark.table(LOCATIONS).where(F.col("dataset") == dataset).select("lat", "lon")
+            .limit(MAP_CONTEXT_POINTS).toPandas())
 
 
 def _runs(spark: SparkSession, dataset: str) -> pd.DataFrame:
@@ -43,7 +102,7 @@ def _runs(spark: SparkSession, dataset: str) -> pd.DataFrame:
         .toPandas()
     )
     own = pdf["config"].map(lambda text: (yaml.safe_load(text) or {}).get("dataset") == dataset)
-    return pdf[own].drop(columns="config").sort_values("finished_at", ascending=False)
+    return pdf[own].sort_values("finished_at", ascending=False)
 
 
 def _latest_ok(runs: pd.DataFrame, stage: str) -> pd.Series | None:
@@ -129,51 +188,57 @@ def _ledger(spark: SparkSession, cfg: Config) -> list[dict]:
 
 
 def _map_points(spark: SparkSession, cfg: Config) -> pd.DataFrame:
-    """Real and perturbed (published release) points of a few users, and a few synthetic days.
+    """(kind, who, traj, seq, lat, lon): a few released trajectories of a few users, raw and as
+    published, and a few synthetic days, each point in its order along its trajectory.
 
-    Trusted zone: the raw points are joined to their perturbed ones through the ledger, and
-    the users are shown by a keyed hash, never by raw id (the report file is mode 0600).
+    Trusted zone: the raw trajectories are joined to their published ones through the ledger,
+    and the users are shown by a keyed hash, never by raw id (the report file is mode 0600).
     """
-    from jobs.evaluate.attacks import perturbed_views
+    from jobs.evaluate.pairs import perturbed_pairs
 
+    cols = ["kind", "who", "traj", "seq", "lat", "lon"]
     frames = []
-    dataset = cfg.dataset
     key = pseudonym_key(cfg.storage.secrets)
+    locations = spark.table(LOCATIONS).where(F.col("dataset") == cfg.dataset).select(
+        "loc_id", "lat", "lon")
     if table_exists(spark, PERTURBED_TRAJECTORIES):
-        released = spark.table(PERTURBED_TRAJECTORIES).where(
-            F.col("dataset") == dataset)
-        first = released.select("release_id").orderBy("release_id").limit(1).collect()
-        from jobs.collect.stage import published_with_raw
-
-        pairs = published_with_raw(spark, dataset)
-        if first and pairs is not None:
-            who = [r[0] for r in pairs.select("user_id").distinct().orderBy("user_id")
+        pairs = perturbed_pairs(spark, cfg)
+        if pairs is not None:
+            released = pairs.where(F.col("mechanism").endswith("-release"))
+            who = [r[0] for r in released.select("user_id").distinct().orderBy("user_id")
                    .limit(MAP_USERS).collect()]
-            views = perturbed_views(spark, cfg, who)
-            if views is not None:
-                mine = views.where(F.col("mechanism").endswith("-release")).limit(
-                    MAP_POINTS_PER_KIND).toPandas()
-                mine["who"] = mine["who"].map(lambda u: pseudonym(key, u))
-                frames.append(mine.assign(kind="perturbed")[["kind", "who", "lat", "lon"]])
-            raw = spark.table(POINTS).where(F.col("dataset") == dataset)
-            real = raw.where(F.col("user_id").isin(who)).limit(MAP_POINTS_PER_KIND).toPandas()
-            real["who"] = real["user_id"].map(lambda u: pseudonym(key, u))
-            frames.append(real.assign(kind="real")[["kind", "who", "lat", "lon"]])
+            mine = released.where(F.col("user_id").isin(who)).select(
+                "user_id", "traj_key", "raw", "pert").orderBy("user_id", "traj_key")
+            # one row per trajectory -> one row per point and side
+            mine = mine.limit(MAP_USERS * MAP_TRAJECTORIES_PER_USER * 4).toPandas()
+            mine = mine.groupby("user_id").head(MAP_TRAJECTORIES_PER_USER)
+            for kind, col in (("real", "raw"), ("perturbed", "pert")):
+                pts = mine[["user_id", "traj_key", col]].explode(col).rename(
+                    columns={col: "loc_id"}).dropna(subset=["loc_id"])
+                pts["seq"] = pts.groupby("traj_key").cumcount()
+                pts["kind"] = kind
+                frames.append(pts)
+            if frames:
+                pts = pd.concat(frames, ignore_index=True)
+                pts["loc_id"] = pts["loc_id"].astype(int)
+                coords = locations.where(F.col("loc_id").isin(
+                    [int(v) for v in pts["loc_id"].unique()])).toPandas()
+                pts = pts.merge(coords, on="loc_id")
+                pts["who"] = pts["user_id"].map(lambda u: pseudonym(key, u))
+                frames = [pts.rename(columns={"traj_key": "traj"})[cols]]
     if table_exists(spark, SYNTHETIC_POINTS):
-        syn = spark.table(SYNTHETIC_POINTS).where(F.col("dataset") == dataset)
+        syn = spark.table(SYNTHETIC_POINTS).where(F.col("dataset") == cfg.dataset)
         syn = syn.where(F.col("traj_no") < MAP_USERS).limit(MAP_POINTS_PER_KIND).toPandas()
-        frames.append(
-            syn.assign(kind="synthetic", who=syn["traj_no"].astype(str))[
-                ["kind", "who", "lat", "lon"]
-            ]
-        )
+        frames.append(syn.assign(kind="synthetic", who=syn["traj_no"].astype(str),
+                                 traj=syn["traj_no"].astype(str), seq=syn["slot"])[cols])
     frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     runs = _runs(spark, cfg.dataset)
-    latest = {stage: _latest_ok(runs, stage) for stage in ("study", "evaluate", "train")}
+    latest = {stage: _latest_ok(runs, stage)
+              for stage in ("study", "collect", "train", "synthesize", "evaluate")}
     run_ids = [r["run_id"] for r in (latest["study"], latest["evaluate"]) if r is not None]
     from jobs.spark.ledger import collect_releases
 
@@ -182,7 +247,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     training, train_privacy = _training(latest["train"])
     # One table for rows of different shapes (windows, training): a blank where a row has no
     # such figure, not NaN.
-    privacy = pd.DataFrame(_ledger(spark, cfg) + train_privacy).astype(object).fillna("")
+    ledger_rows = _ledger(spark, cfg)
+    privacy = pd.DataFrame(ledger_rows + train_privacy)
     stage_runs = runs.head(20).assign(
         wall_s=runs.head(20)["figures"].map(lambda t: json.loads(t or "{}").get("wall_s"))
     )[["run_id", "stage", "status", "finished_at", "wall_s"]]
@@ -193,6 +259,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         training=training,
         privacy=privacy,
         runs=stage_runs,
+        header=_header(spark, cfg, latest, ledger_rows, train_privacy),
+        locations=_locations(spark, cfg.dataset),
     )
     out_dir = cfg.report.output or (
         cfg.storage.root.resolve() / "reports" / cfg.dataset / ctx.run_id
