@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from jobs import harness
 from udfs.errors import ConfigError, TrajprivError
+
+log = logging.getLogger("trajpriv")
 
 # Pipeline order; `trajpriv run` runs every stage here that its config enables.
 STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
 USAGE = (
     "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget"))
     + "} [--config FILE] [--set K=V ...]\n"
-    '       trajpriv sql "SELECT ..." [--config FILE] [--limit N] [--trusted]\n'
+    '       trajpriv sql "SELECT ..." | -f SCRIPT [--format table|csv|json] [--limit N] '
+    "[--trusted] [--no-server]\n"
+    "       trajpriv sql --stop\n"
     "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]"
 )
 
@@ -129,36 +135,153 @@ def _catalog_command(prog: str, args: argparse.Namespace, body) -> int:
 
 
 def run_sql(argv: list[str]) -> int:
-    """Print a query's result over the published zone: the first thing a data engineer does."""
-    parser = argparse.ArgumentParser(prog="trajpriv sql")
-    parser.add_argument("query")
-    parser.add_argument("--config", default="conf/default.yaml")
+    """Print the results of read-only statements over the published zone: the first thing a
+    data engineer does. Answered by the warm server of the root (`jobs.sql`), started on first
+    use; `--no-server` runs them in this process instead."""
+    from jobs.sql.render import FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="trajpriv sql", description="Query the published tables (read-only).")
+    parser.add_argument("query", nargs="?", help="one or more statements separated by ;")
+    parser.add_argument("-f", "--file", help="a script of statements separated by ;")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (default), csv or json (one array of rows per statement)")
+    parser.add_argument("--config", default=str(harness.DEFAULT_CONFIG),
+                        help="YAML config (default: the project's conf/default.yaml)")
     harness.add_overrides(parser)
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
     parser.add_argument("--trusted", action="store_true",
                         help="also read the raw and trusted zones (data stewards only)")
+    parser.add_argument("--no-server", action="store_true",
+                        help="run in this process (a fresh Spark session) instead of the "
+                             "warm server")
+    parser.add_argument("--stop", action="store_true",
+                        help="stop this root's warm server and exit")
+    parser.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                        help="seconds a server started now waits for the next query before "
+                             "it stops (default $TRAJPRIV_SQL_IDLE_S or 600)")
     args = parser.parse_args(argv)
+    prog = "trajpriv sql"
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    from jobs.sql import client
 
-    def body(spark, cfg) -> None:
-        from jobs.spark.zones import check_read_only
+    root = cfg.storage.root.resolve()
+    if args.stop:
+        try:
+            pid = client.stop_server(root)
+        except TrajprivError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return harness.EXIT_USER_ERROR
+        print(f"{prog}: stopped the server of {root} (pid {pid})" if pid is not None
+              else f"{prog}: no server running for {root}", file=sys.stderr)
+        return 0
+    try:
+        statements = _statements(args)
+    except TrajprivError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    if args.trusted:
+        print(f"{prog}: --trusted: the raw and trusted zones are readable in this query",
+              file=sys.stderr)
+    if args.no_server or _spark_in_this_process():
+        return _sql_here(args, cfg, statements)
+    try:
+        client.ensure_server(root, str(Path(args.config).resolve()), args.overrides,
+                             client.idle_timeout(args.idle_timeout))
+        reply = client.request(root, {"op": "query", "statements": [s.text for s in statements],
+                                      "trusted": args.trusted, "limit": args.limit})
+    except TrajprivError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    if reply is None:
+        print(f"{prog}: error: the sql server of {root} stopped before it answered (a stage "
+              "took the root?): rerun", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    return _print_results(args, statements, reply)
 
-        check_read_only(args.query)  # also with --trusted: sql never writes
-        if args.trusted:
-            print("trajpriv sql: --trusted: the raw and trusted zones are readable in this query",
-                  file=sys.stderr)
-        else:
-            from jobs.spark.zones import check_analyst_query
 
-            check_analyst_query(spark, args.query)
-        spark.sql(args.query).show(args.limit, truncate=False)
+def _statements(args: argparse.Namespace):
+    """The statements to run, from the query or `-f`, each checked read-only before any
+    session starts."""
+    from jobs.spark.zones import check_read_only
+    from jobs.sql.script import split_statements
 
-    return _catalog_command("trajpriv sql", args, body)
+    if (args.query is None) == (args.file is None):
+        raise ConfigError("give a query or -f SCRIPT (one of them)")
+    if args.file is not None:
+        path = Path(args.file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from None
+        statements = split_statements(text, str(path))
+    else:
+        statements = split_statements(args.query, "the query")
+    if not statements:
+        raise ConfigError("no statement to run")
+    for st in statements:
+        check_read_only(st.text)
+    return statements
+
+
+def _spark_in_this_process() -> bool:
+    """Whether this process already holds a Spark session (a notebook, a test): the query runs
+    in it, since a server could not open the root this process holds."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
+
+
+def _sql_here(args: argparse.Namespace, cfg, statements) -> int:
+    """Run the statements in this process's session (`--no-server`)."""
+    from jobs.spark.session import get_spark, stop_spark
+
+    harness.configure_logging()
+    spark = None
+    try:
+        spark = get_spark(cfg, readonly=True)
+        from jobs.sql.server import run_script
+
+        reply = run_script(spark, [s.text for s in statements], args.trusted, args.limit)
+    except Exception as exc:
+        log.debug("trajpriv sql failed", exc_info=True)
+        print(f"trajpriv sql: error: {harness.describe_failure(exc)}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    finally:
+        stop_spark(spark)
+    return _print_results(args, statements, reply)
+
+
+def _print_results(args: argparse.Namespace, statements, reply: dict) -> int:
+    """Every result on stdout in the chosen format; a failure as one line on stderr."""
+    from jobs.sql.render import render
+
+    for result in reply.get("results", []):
+        render(result, args.format, sys.stdout)
+    sys.stdout.flush()
+    if reply.get("ok"):
+        return 0
+    where = ""
+    failed = reply.get("failed")
+    if failed is not None and len(statements) > 1:
+        st = statements[failed]
+        source = args.file or "the query"
+        where = f"statement {failed + 1} of {len(statements)} ({source}, line {st.line}): "
+    print(f"trajpriv sql: error: {where}{reply.get('error')}", file=sys.stderr)
+    return harness.EXIT_USER_ERROR
 
 
 def run_budget(argv: list[str]) -> int:
     """Privacy spent and remaining per budget window (distribution; per user with --trusted)."""
     parser = argparse.ArgumentParser(prog="trajpriv budget")
-    parser.add_argument("--config", default="conf/default.yaml")
+    parser.add_argument("--config", default=str(harness.DEFAULT_CONFIG),
+                        help="YAML config (default: the project's conf/default.yaml)")
     harness.add_overrides(parser)
     parser.add_argument("--trusted", action="store_true",
                         help="per user (raw user ids: data stewards only)")

@@ -27,6 +27,17 @@ from udfs.errors import ConfigError, TrajprivError
 
 log = logging.getLogger("trajpriv")
 
+def _default_config() -> Path:
+    """The project's conf/default.yaml (a checkout), else the copy a wheel ships as jobs.conf."""
+    checkout = Path(__file__).resolve().parents[1] / "conf" / "default.yaml"
+    return checkout if checkout.is_file() else Path(__file__).resolve().parent / "conf" / (
+        "default.yaml")
+
+
+#: The `--config` default of every command: the project's own config, wherever the command runs
+#: from (a relative `conf/default.yaml` opened another folder's config, or none).
+DEFAULT_CONFIG = _default_config()
+
 EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
 
@@ -65,7 +76,8 @@ def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.Argumen
     parser = argparse.ArgumentParser(
         prog=f"trajpriv {stage}", description=f"trajpriv {stage} stage"
     )
-    parser.add_argument("--config", default="conf/default.yaml", help="YAML config file")
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
+                        help="YAML config file (default: the project's conf/default.yaml)")
     add_overrides(parser)
     parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
     if add_args is not None:

@@ -41,6 +41,8 @@ _BASE_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Plain log lines, not Spark 4's JSON records (a missing table logged ~10 KB of JSON).
+    "spark.log.structuredLogging.enabled": "false",
     "spark.ui.enabled": "false",
     # Files Spark writes (tables, staging, the metastore) are private: 0600 files, 0700 folders.
     "spark.hadoop.fs.permissions.umask-mode": "077",
@@ -142,13 +144,14 @@ def postgres_password(cfg: Config) -> str | None:
     return password
 
 
-def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
+def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> SparkSession:
     """Build (or return the active) session for `cfg` and make sure the three databases exist.
 
     `readonly` (trajpriv sql, trajpriv budget): with a shared metastore (postgres) the session
     does not take the root's writer lock and leaves staging alone, so it runs beside a stage;
     with the embedded one it waits like any process (Derby admits one JVM).
     PYSPARK_PYTHON is set to this interpreter so Python workers find pandas and the project.
+    `serving`: the warm `trajpriv sql` server's own session (it never asks itself to stop).
     """
     os.umask(PRIVATE_UMASK)
     root = cfg.storage.root.resolve()
@@ -158,7 +161,7 @@ def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
     shared = cfg.catalog.metastore == "postgres"
     writer = not (readonly and shared)
     if writer:
-        acquire_root(root)
+        acquire_root(root, evict_sql_server=not serving)
         harden_tree(root)
     if not shared:
         check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # 1 JVM
@@ -167,12 +170,14 @@ def get_spark(cfg: Config, readonly: bool = False) -> SparkSession:
         ensure_postgres_schema(root, cfg)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
     settings = {**_BASE_CONF, **catalog_conf(cfg), **{k: str(v) for k, v in cfg.spark.conf.items()}}
+    quiet_jvm_logs({"spark.master": cfg.spark.master, "spark.app.name": cfg.spark.app_name,
+                    **settings})
+    builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("INFO" if verbose() else "ERROR")
     ensure_databases(spark, cfg, clean_staging=writer)
     check_catalog_in_root(spark, root, (RAW_DB, TRUSTED_DB, PUB_DB))
     return spark
@@ -199,12 +204,15 @@ def check_root(root: Path, min_free_mb: float) -> None:
                             "the root to a larger disk")
 
 
-def acquire_root(root: Path) -> None:
+def acquire_root(root: Path, evict_sql_server: bool = True) -> None:
     """Hold `<root>/.trajpriv.lock` (flock, exclusive, non-blocking) for this process's life.
 
     Why a lock of our own before Derby's: two processes started in the same second both found
     Derby's lock free and the loser died inside Hive. flock is atomic, released by the kernel
     when the process ends (a killed stage never leaves it held), and not inherited by the JVM.
+    When the holder is the warm `trajpriv sql` server of this root (`evict_sql_server`), it is
+    asked to stop, waited for, and the lock taken: queries must never keep a stage from its
+    root.
     """
     import fcntl
 
@@ -213,7 +221,12 @@ def acquire_root(root: Path) -> None:
     path = root / ROOT_LOCK
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not (evict_sql_server and _stop_sql_server(root)):
+                raise
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _read_holder(fd)
         os.close(fd)
@@ -227,6 +240,49 @@ def acquire_root(root: Path) -> None:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
     _held_locks[root] = fd
+
+
+def _stop_sql_server(root: Path) -> bool:
+    """Stop the warm `trajpriv sql` server of `root`, if one runs; whether one was stopped."""
+    from jobs.sql.client import ServerError, stop_server
+
+    try:
+        pid = stop_server(root)
+    except ServerError as exc:
+        log.warning("%s", exc)
+        return False
+    if pid is not None:
+        log.info("stopped the trajpriv sql server of %s (pid %d): this stage needs the root",
+                 root, pid)
+    return pid is not None
+
+
+def verbose() -> bool:
+    """Whether Spark's and the JVM's INFO lines are wanted (`--verbose` sets TRAJPRIV_VERBOSE)."""
+    return os.environ.get("TRAJPRIV_VERBOSE", "") not in ("", "0")
+
+
+def quiet_jvm_logs(settings: dict[str, str]) -> None:
+    """Spark's log level WARN before the SparkContext starts, INFO with `--verbose`.
+
+    Why before: `setLogLevel` on the session comes after the context's ~40 INFO lines of
+    start-up (under spark-submit 42 of 49 stderr lines). The JVM (launched here, or
+    spark-submit's, already running) is reached through py4j before any context exists; a JVM
+    launched here gets the session's `settings` (memory, class path, Java options) as it would
+    from the builder.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return
+    try:
+        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(
+            settings.items()))
+        jvm = SparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.toLevel("INFO" if verbose() else "WARN")
+        jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(level)
+    except Exception as exc:  # a JVM without log4j2 core: Spark's own defaults stand
+        log.debug("could not set the JVM's log level: %s", exc)
 
 
 def _read_holder(fd: int) -> str:

@@ -14,11 +14,13 @@ command says so on stderr. The check reads Spark's EXPLAIN output, which runs no
 from __future__ import annotations
 
 import re
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from jobs.spark.tables import PUBLISHED_DATABASES
 from udfs.errors import TrajprivError
+
+if TYPE_CHECKING:  # no pyspark at import: `trajpriv sql` checks a query before any session
+    from pyspark.sql import SparkSession
 
 RESTRICTED_DBS = ("trajpriv_raw", "trajpriv_trusted")
 _READ_VERBS = ("select", "with", "values", "table", "from", "(")
