@@ -51,7 +51,6 @@ _BITSET_MAX_BYTES = 256 << 20  # skip bitsets (fall back to lists) for spaces th
 _POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
 _SEL8 = np.array([[[j for j in range(8) if (b >> j) & 1][k] if k < _POP8[b] else 0
                    for k in range(8)] for b in range(256)], np.int64)
-_SHIFTS = np.arange(0, 64, 8, dtype=np.uint64)
 
 
 @dataclass
@@ -159,18 +158,21 @@ def sector_bits(space: LocationSpace, g: int) -> np.ndarray | None:
     return space.cached(("sector_bits", g), build)
 
 
-def _select_flat(xf, pcf, cumf, target) -> np.ndarray:
-    """For global ranks ``target`` into the concatenated bitsets xf (flat words, popcounts pcf,
-    inclusive cumsum cumf): (global word index, bit index within the word) of that set bit."""
-    gw = np.searchsorted(cumf, target, side="right")  # first word whose cumsum exceeds target
-    kk = target - (cumf[gw] - pcf[gw].astype(np.int64))  # rank within the word
-    by = ((xf[gw][:, None] >> _SHIFTS) & np.uint64(0xFF)).astype(np.intp)  # (rows, 8) bytes
+def _select_rows(x, rowcum, pc, rows, k) -> np.ndarray:
+    """Bit index of the k-th set bit (0-based) of bitset row ``rows[i]`` of ``x`` (rows, W)
+    '<u8' words; ``rowcum`` is the row-wise inclusive cumsum of the word popcounts ``pc``.
+    Word by counting the row's cumsums <= k (W compares, contiguous), then byte and bit by
+    the byte popcount / select tables; the same bit as a scan of the row."""
+    word = np.count_nonzero(rowcum[rows] <= k.astype(rowcum.dtype)[:, None], axis=1)
+    kk = k - (rowcum[rows, word] - pc[rows, word])  # rank within the word
+    # '<u8' words: byte j of the little-endian layout holds bits 8j..8j+7 on any machine
+    by = x.view(np.uint8).reshape(x.shape[0], -1, 8)[rows, word].astype(np.intp)  # (m, 8)
     bpc = _POP8[by]
     bcum = np.cumsum(bpc, axis=1)
     bi = (bcum <= kk[:, None]).sum(1)
-    ar = np.arange(target.size)
+    ar = np.arange(k.size)
     kb = kk - (bcum[ar, bi] - bpc[ar, bi])
-    return gw, bi * 8 + _SEL8[by[ar, bi], kb]
+    return word * 64 + bi * 8 + _SEL8[by[ar, bi], kb]
 
 
 def _region_ok(space, d: Domains, rows, r) -> np.ndarray:
@@ -246,36 +248,34 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
         rwords, ridx = region_bits(space, d, sel)  # per chunk: bounded memory
         exact = ridx < rwords.shape[0] - 1  # exact region bitset: no region test needed
         hp, hn = d.has_prev[sel], d.has_next[sel]
-        prev = bits[np.where(hp, d.prev_pivot[sel] * g + d.prev_sector[sel], none)]
-        x = bits[np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none)]
+        # np.take along axis 0: the same rows as bits[idx], without fancy indexing's overhead
+        prev = np.take(bits, np.where(hp, d.prev_pivot[sel] * g + d.prev_sector[sel], none), 0)
+        x = np.take(bits, np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none), 0)
         x &= prev
         ex = np.flatnonzero(exact)  # the other rows' base is all of P: nothing to AND
         if ex.size:
-            x[ex] &= rwords[ridx[ex]]
+            x[ex] &= np.take(rwords, ridx[ex], 0)
         pc = np.bitwise_count(x)
         tot = pc.sum(axis=1, dtype=np.int64)
         lv1 = np.flatnonzero((tot == 0) & hp)
         if lv1.size:
-            x[lv1] = rwords[ridx[lv1]] & prev[lv1]
+            x[lv1] = np.take(rwords, ridx[lv1], 0) & prev[lv1]
             pc[lv1] = np.bitwise_count(x[lv1])
             tot[lv1] = pc[lv1].sum(axis=1, dtype=np.int64)
         lv2 = np.flatnonzero(tot == 0)
         if lv2.size:
-            x[lv2] = rwords[ridx[lv2]]
+            x[lv2] = np.take(rwords, ridx[lv2], 0)
             pc[lv2] = np.bitwise_count(x[lv2])
             tot[lv2] = pc[lv2].sum(axis=1, dtype=np.int64)
-        w = x.shape[1]
-        xf, pcf = x.ravel(), pc.ravel()
-        cumf = np.cumsum(pcf, dtype=np.int64)
-        start = np.cumsum(tot) - tot  # global rank of each row's first set bit
+        # per-row running popcounts (a row holds at most |P| bits: exact in int16 below 2^15)
+        rowcum = np.cumsum(pc, axis=1, dtype=np.int16 if space.n < 1 << 15 else np.int32)
         idx = np.arange(sel.size)  # positions into the chunk
         for t in range(tries):
             if idx.size == 0:
                 break
             rw = sel[idx]
             k = st.integers(2 * t, tot[idx], rw)
-            gw, bit = _select_flat(xf, pcf, cumf, start[idx] + k)
-            r = (gw - idx * w) * 64 + bit
+            r = _select_rows(x, rowcum, pc, idx, k)
             e = st.exponential(2 * t + 1, rw)
             ok = _accept(space, true, c, rw, r, e)
             check = np.flatnonzero(ok & ~exact[idx])
