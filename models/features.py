@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.env import N_ACTIONS, SLOTS, EnvState, MobilityEnv
+from models.env import EXPLORE, HOME, N_ACTIONS, RETURN, SLOTS, STAY, EnvState, MobilityEnv
 
 FEATURE_DIM = 9 + N_ACTIONS
 
@@ -84,17 +84,54 @@ def expert_trajectories(env: MobilityEnv, days: np.ndarray) -> Trajectories:
     return stack_steps(states, masks, acts, tgts, feats, state.history)
 
 
-def expert_features_per_user(env: MobilityEnv, days_per_user: list[np.ndarray]
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
+def expert_features(env: MobilityEnv, days: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """(n, T, F) features of real days, equal to `expert_trajectories(env, days).features`
+    without stepping the environment: every state variable of a real day is a function of the
+    day itself (slot t's location, home = slot 0, distinct locations of slots 0..t, the run
+    length ending at t) and the labels follow `MobilityEnv.label` (stay, else home, else return
+    to a location of slots 0..t, else explore). It keeps no per-step states, so the training
+    setup labels a rank's ~10^5-10^6 days in seconds and in O(n * 48 * 48) bools per chunk
+    (tests/models/test_env.py checks the equality)."""
+    d = env.check_days(np.asarray(days) if not torch.is_tensor(days) else days.cpu()).to(
+        env.device)
+    n, t_all = d.shape[0], torch.arange(SLOTS, device=d.device)
+    earlier = t_all[None, :] < t_all[:, None]  # (48, 48): [t, s] = s before t
+    seen = ((d[:, :, None] == d[:, None, :]) & earlier).any(2)  # slot t's location seen before t
+    n_distinct = torch.cumsum((~seen).long(), 1)[:, :-1]  # distinct in slots 0..t, t < 47
+    moved = torch.ones(n, SLOTS, dtype=torch.bool, device=d.device)
+    moved[:, 1:] = d[:, 1:] != d[:, :-1]
+    last_move = torch.cummax(torch.where(moved, t_all, torch.zeros_like(d)), 1).values
+    stay_len = (t_all - last_move + 1)[:, :-1]
+    loc, nxt, home = d[:, :-1], d[:, 1:], d[:, :1].expand(-1, SLOTS - 1)
+    act = torch.full_like(nxt, EXPLORE)
+    act = torch.where(seen[:, 1:], torch.full_like(nxt, RETURN), act)
+    act = torch.where(nxt == home, torch.full_like(nxt, HOME), act)
+    act = torch.where(nxt == loc, torch.full_like(nxt, STAY), act)
+    ang = t_all[:-1].float() * (2 * math.pi / SLOTS)
+    return torch.cat([
+        env.coords_norm[loc], env.coords_norm[home],
+        torch.stack([ang.sin().expand(n, -1), ang.cos().expand(n, -1),
+                     n_distinct.float() / SLOTS, stay_len.float() / SLOTS,
+                     (loc == home).float()], -1),
+        torch.nn.functional.one_hot(act, N_ACTIONS).float(),
+    ], -1)
+
+
+def expert_features_per_user(env: MobilityEnv, days_per_user: list[np.ndarray],
+                             chunk_days: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
     """Padded (U, Nmax, F) expert features (on the env's device) and (U,) CPU counts of real
-    pairs per user."""
+    pairs per user. Days are labelled `chunk_days` at a time (`expert_features`) and written
+    straight into their users' rows, so the setup holds the padded table and one chunk."""
+    n_days = torch.tensor([len(d) for d in days_per_user])
+    counts = n_days * (SLOTS - 1)
+    u_n, max_days = len(days_per_user), int(n_days.max())
+    out = torch.zeros(u_n, max_days, SLOTS - 1, FEATURE_DIM, device=env.device)
+    user_of = torch.repeat_interleave(torch.arange(u_n), n_days)  # day -> user
+    first = torch.cumsum(n_days, 0) - n_days
+    pos_of = torch.arange(int(n_days.sum())) - first[user_of]  # day -> its index for the user
     all_days = np.concatenate(days_per_user)
-    feats = expert_trajectories(env, all_days).features  # (n_days, T, F)
-    counts = torch.tensor([len(d) * (SLOTS - 1) for d in days_per_user])
-    out = torch.zeros(len(days_per_user), int(counts.max()), FEATURE_DIM, device=feats.device)
-    start = 0
-    for u, d in enumerate(days_per_user):  # one-off padding at setup, not in the training step
-        f = feats[start:start + len(d)].reshape(-1, FEATURE_DIM)
-        out[u, :len(f)] = f
-        start += len(d)
-    return out, counts
+    for start in range(0, len(all_days), chunk_days):
+        sl = slice(start, start + chunk_days)
+        out[user_of[sl].to(env.device), pos_of[sl].to(env.device)] = expert_features(
+            env, all_days[sl])
+    return out.view(u_n, max_days * (SLOTS - 1), FEATURE_DIM), counts
