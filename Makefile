@@ -9,12 +9,14 @@ CONFIG ?= conf/default.yaml
 
 venv: $(STAMP)
 
-# torch first and pinned, so nothing later can pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+# torch first and pinned, so nothing later can pull a multi-GB CUDA build. The package asks for
+# ranges (pyspark>=4.0,<5); constraints.txt pins the versions the suite was tested with.
+CONSTRAINTS := constraints.txt
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet "torch==2.13.0"
-	$(VPY) -m pip install --quiet -e ".[test]"
+	$(VPY) -m pip install --quiet -c $(CONSTRAINTS) "torch==2.13.0"
+	$(VPY) -m pip install --quiet -c $(CONSTRAINTS) -e ".[test]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -57,13 +59,14 @@ clean-data:
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 AIRFLOW_PKGS := "apache-airflow==3.3.2" "apache-airflow-providers-apache-spark==6.3.4"
-AIRFLOW_HOME_DIR := $(CURDIR)/data/airflow
+# Airflow's home (metadata DB, logs); set it to keep Airflow's state elsewhere.
+AIRFLOW_HOME ?= $(CURDIR)/data/airflow
 # The Spark connection of the DAG (JSON or URI form); export your own to use a cluster.
 AIRFLOW_CONN_TRAJPRIV_SPARK ?= {"conn_type": "spark", "host": "local[2]"}
 # Logical date of `make airflow-run` (rerunning a date replaces its outputs) and DAG params (JSON).
 AIRFLOW_DATE ?= $(shell date -u +%Y-%m-%d)
 AIRFLOW_PARAMS ?= {}
-AIRFLOW_ENV = AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/airflow_dags \
+AIRFLOW_ENV = AIRFLOW_HOME=$(AIRFLOW_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/airflow_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False TRAJPRIV_HOME=$(CURDIR) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
 	AIRFLOW_CONN_TRAJPRIV_SPARK='$(AIRFLOW_CONN_TRAJPRIV_SPARK)'
 
@@ -77,21 +80,20 @@ $(AIRFLOW_STAMP):
 
 # One DAG run on the embedded default: sqlite metadata DB under data/airflow, tasks in-process.
 airflow-run: $(STAMP) $(AIRFLOW_STAMP)
-	mkdir -p $(AIRFLOW_HOME_DIR)
-	$(AIRFLOW_ENV) $(AIRFLOW_VENV)/bin/airflow db migrate > $(AIRFLOW_HOME_DIR)/db-migrate.log 2>&1 \
-		|| { cat $(AIRFLOW_HOME_DIR)/db-migrate.log; exit 1; }
+	mkdir -p $(AIRFLOW_HOME)
+	$(AIRFLOW_ENV) $(AIRFLOW_VENV)/bin/airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1 \
+		|| { cat $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 	@echo "airflow-run: airflow dags test trajpriv_pipeline $(AIRFLOW_DATE)"
 	$(AIRFLOW_ENV) $(AIRFLOW_VENV)/bin/airflow dags test trajpriv_pipeline $(AIRFLOW_DATE) \
 		--conf '$(AIRFLOW_PARAMS)'
 
-# The project as one zip for `spark-submit --py-files` (executors on a cluster import it).
-dist: dist/trajpriv.zip
-
-dist/trajpriv.zip: $(shell find jobs udfs models -name '*.py' -not -path '*/__pycache__/*')
-	mkdir -p dist
-	rm -f $@
-	$(PYTHON) -c 'import sys, zipfile, pathlib; \
-		z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED); \
-		[z.write(p) for d in sys.argv[2:] for p in sorted(pathlib.Path(d).rglob("*.py")) \
-		 if "__pycache__" not in p.parts]; z.close()' $@ jobs udfs models
-	@echo "dist: $@ (pass it as --py-files / the DAG param py_files)"
+# The project as a wheel and an sdist (configs inside as `jobs.conf`, dependency ranges in the
+# metadata): `pip install dist/trajpriv-*.whl` on a cluster's nodes, or pass the wheel to
+# `spark-submit --py-files` (README, "A real Spark cluster"). Built with .venv's setuptools
+# (--no-isolation: nothing to download). dist/trajpriv.zip is the same wheel under the name
+# executors accept for --py-files.
+dist: $(STAMP)
+	rm -rf dist
+	$(VPY) -m build --no-isolation --outdir dist . > /dev/null
+	cp dist/trajpriv-*.whl dist/trajpriv.zip  # the wheel's bytes: Spark puts only .zip/.egg on sys.path
+	@ls dist/*.whl dist/*.tar.gz dist/trajpriv.zip

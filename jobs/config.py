@@ -4,8 +4,15 @@ Why pydantic with `extra="forbid"` everywhere: a misspelt key in a 9,481-user ru
 start, naming the key, not after an hour of Spark work with the default silently used.
 
 Overrides use dotted paths, `--set study.epsilons=[1,4]`; the value is parsed as YAML so lists,
-numbers and booleans need no extra syntax. Relative paths in a config file are resolved against
-the directory the command runs from (the repository root for `make run`).
+numbers and booleans need no extra syntax.
+
+`storage.root` never depends on the working directory (`resolve_root`): a relative root resolves
+against the folder of the config file (conf/default.yaml says `../data`: the checkout's data/),
+whether the file or a `--set` gave it. A config that is not a file of yours (the built-in
+defaults of `load_config(None)`, or the packaged copy of conf/ inside the wheel) resolves against
+`$TRAJPRIV_HOME/conf` (TRAJPRIV_HOME: an absolute folder holding conf/ and data/), else the
+checkout's conf/. Other relative paths of a config (ingest.path, ...) are resolved against the
+directory the command runs from (the repository root for `make run`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,9 +44,10 @@ class _Section(BaseModel):
 
 
 class StorageConfig(_Section):
-    """Where every table, landing file, model artefact and report lives."""
+    """Where every table, landing file, model artefact and report lives. `load_config` makes
+    `root` absolute (`resolve_root`); a relative default means data/ beside conf/."""
 
-    root: Path = Path("./data")
+    root: Path = Path("../data")
     # seconds a job waits for another process to release the embedded Derby metastore of this
     # root (one JVM at a time) before it fails saying which process holds it
     metastore_wait_s: float = Field(60.0, ge=0)
@@ -629,15 +639,76 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config, apply `key.path=value` overrides, validate; ConfigError if wrong."""
+#: An absolute folder holding conf/ and data/ (a checkout or an unpacked release): the base of a
+#: relative storage.root for configs that are not a file of yours (packaged ones, the defaults).
+HOME_ENV = "TRAJPRIV_HOME"
+#: conf/ of a source checkout (absent in an installed wheel, where the configs are `jobs.conf`).
+_CHECKOUT_CONF = Path(__file__).resolve().parents[1] / "conf"
+#: Where an installed wheel keeps its copy of conf/ (absent in a checkout).
+_PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
+
+
+def packaged_config(name: str = "default") -> Traversable:
+    """conf/<name>.yaml as shipped: the checkout's file when running from one, else the wheel's
+    copy (package data `jobs.conf`, readable even from a `--py-files` zip). The default of
+    `--config`: unlike a relative "conf/default.yaml", it does not depend on the working
+    directory."""
+    if (_CHECKOUT_CONF / f"{name}.yaml").is_file():
+        return _CHECKOUT_CONF / f"{name}.yaml"
+    return resources.files("jobs").joinpath("conf", f"{name}.yaml")
+
+
+def _default_conf_dir(source: str) -> Path:
+    """The folder a config that is not a file of yours stands in: $TRAJPRIV_HOME/conf, else the
+    checkout's conf/; ConfigError when neither exists (an installed wheel without TRAJPRIV_HOME)."""
+    home = os.environ.get(HOME_ENV, "")
+    if home:
+        folder = Path(home).expanduser()
+        if not folder.is_absolute():
+            raise ConfigError(f"{HOME_ENV}={home!r} is a relative path: set it to an absolute "
+                              "folder (storage.root's relative default is $TRAJPRIV_HOME/data)")
+        return folder / "conf"
+    if _CHECKOUT_CONF.is_dir():
+        return _CHECKOUT_CONF
+    raise ConfigError(f"{source}: storage.root is relative and there is no config folder to "
+                      f"resolve it against: set storage.root to an absolute folder (--set "
+                      f"storage.root=/data/trajpriv), pass --config FILE, or export "
+                      f"{HOME_ENV}=<absolute folder> (data then goes to $TRAJPRIV_HOME/data)")
+
+
+def resolve_root(root: Path, config_dir: Path) -> Path:
+    """`root` made absolute: `~` expanded, a relative root joined to `config_dir` (the config
+    file's folder), never to the working directory, so every command on one config opens the
+    same catalog wherever it runs from."""
+    root = root.expanduser()
+    if root.is_absolute():
+        return root
+    return Path(os.path.normpath(config_dir / root))
+
+
+def _is_packaged(file: Traversable) -> bool:
+    if not isinstance(file, Path):
+        return True  # inside a zip (--py-files): only the wheel's own copy can be there
+    return file.resolve().is_relative_to(_PACKAGED_CONF)
+
+
+def load_config(
+    path: str | os.PathLike[str] | Traversable | None, overrides: list[str] | None = None
+) -> Config:
+    """Load a YAML config, apply `key.path=value` overrides, validate; ConfigError if wrong.
+
+    `path`: a config file, a `packaged_config()`, or None for the built-in defaults. The root
+    comes back absolute (`resolve_root`)."""
     tree: dict[str, Any] = {}
     source = "defaults"
+    config_dir: Path | None = None
     if path is not None:
-        file = Path(path)
+        file = path if isinstance(path, Traversable) else Path(path)
         source = str(file)
         if not file.is_file():
             raise ConfigError(f"config file {file} does not exist")
+        if not _is_packaged(file):
+            config_dir = Path(os.path.abspath(file)).parent
         try:
             loaded = yaml.load(file.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -652,4 +723,8 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         _set_dotted(tree, key, value)
     if overrides:
         source += " with --set " + " ".join(overrides)
-    return config_from_mapping(tree, source)
+    cfg = config_from_mapping(tree, source)
+    root = cfg.storage.root.expanduser()
+    if not root.is_absolute():
+        root = resolve_root(root, config_dir or _default_conf_dir(source))
+    return cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"root": root})})

@@ -127,3 +127,37 @@ def test_reader_layout_settings_are_checked(overrides, expected):
 
 def test_tab_is_spelled_tab():
     assert load_config(None, ["ingest.sep=tab"]).ingest.sep == "\t"
+
+
+# --- storage.root never depends on the working directory (issue 20) --------------------------
+
+
+def test_relative_root_resolves_against_the_config_folder_not_the_cwd(tmp_path, monkeypatch):
+    conf = tmp_path / "proj" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "mine.yaml").write_text("storage:\n  root: ../data\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_config(conf / "mine.yaml").storage.root == tmp_path / "proj" / "data"
+    # a relative --set follows the same rule; an absolute one is kept
+    assert load_config(conf / "mine.yaml", ["storage.root=run1"]).storage.root == conf / "run1"
+    assert load_config("../proj/conf/mine.yaml").storage.root == tmp_path / "proj" / "data"
+    assert load_config(conf / "mine.yaml", [f"storage.root={tmp_path}/x"]).storage.root == (
+        tmp_path / "x")
+
+
+def test_the_shipped_default_keeps_make_run_on_the_checkouts_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config(CONF_DIR / "default.yaml").storage.root == CONF_DIR.parent / "data"
+
+
+def test_defaults_without_a_file_resolve_against_trajpriv_home(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAJPRIV_HOME", str(tmp_path / "home"))
+    assert load_config(None).storage.root == tmp_path / "home" / "data"
+    monkeypatch.setenv("TRAJPRIV_HOME", "relative/home")
+    with pytest.raises(ConfigError, match="TRAJPRIV_HOME='relative/home' is a relative path"):
+        load_config(None)
+    monkeypatch.delenv("TRAJPRIV_HOME")
+    assert load_config(None).storage.root == CONF_DIR.parent / "data"  # the checkout's conf/
