@@ -44,7 +44,7 @@ def _epsilon_axis(ax: plt.Axes, epsilons: list[float]) -> None:
     """Log epsilon axis ticked at exactly the epsilons shown, in numeric order."""
     ax.set_xscale("log")
     ax.set_xticks(epsilons)
-    ax.set_xticklabels([f"{e:g}" for e in epsilons])
+    ax.set_xticklabels([f"{e:.3g}" for e in epsilons])
     ax.minorticks_off()
     ax.set_xlabel("epsilon")
     ax.grid(alpha=0.3)

@@ -100,7 +100,7 @@ def _cell(column: str, value: Any) -> str:
     if _missing(value):
         return MISSING
     if column == "epsilon" and isinstance(value, float | int | np.number):
-        return f"{float(value):g}"
+        return f"{float(value):.3g}"
     if isinstance(value, float | np.floating):
         return f"{float(value):.4g}"
     return html.escape(str(value))
@@ -198,6 +198,10 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     spent = privacy_sentence(inputs.header)
     words = ldp_words + mob_words + ([spent] if spent else [])
     warnings = ldp_warn + mob_warn
+    study_warn = [w for w in warnings if "(study)" in w]
+    summary_warn = [w for w in warnings if w not in study_warn] + (
+        [f"{len(study_warn)} setting(s) of the study are no better than uniform on some "
+         "statistic: see the tables below."] if study_warn else [])
     charts = {
         "ldp_error": plot_ldp_error(ldp),
         "divergences": plot_divergences(mobility),
@@ -206,20 +210,20 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     }
     labels = {**MOBILITY_LABELS, "name": "method"}
     attacked = not (membership.empty and home.empty and joint.empty)
-    model_warn = [w for w in warnings if "(synthetic model)" in w]
     sections = [
         f"<h1>trajpriv report: {html.escape(inputs.dataset)}</h1>",
         _header_html(inputs.dataset, inputs.header),
         '<section id="summary"><h2>Summary</h2>',
         "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in words) + "</ul>"
         if words else "<p>(no evaluation figures in this run)</p>",
-        _warnings_html(warnings),
+        _warnings_html(summary_warn),
         "</section>",
         '<section id="ldp"><h2>LDP collection: error of each mechanism</h2>',
         "<p>Each (mechanism, epsilon) of the latest study and the published release against "
         "the raw trajectories. NE: normalised error (lower is better); PRQ: share of points "
         "within the radius (higher is better); ACD and Kendall tau: how well the most visited "
         "locations keep their counts and order.</p>",
+        _warnings_html(ldp_warn),
         table_html(ldp, labels=labels),
         _figure("LDP error against epsilon", charts["ldp_error"],
                 "One colour per mechanism; lines: the study, stars: the published release."),
@@ -230,7 +234,7 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "random days from the public map; perturbed settings against the UNIFORM (LDP) "
         "mechanism at the same epsilon. Light red: no better than that uniform baseline; dark "
         "red: at the maximum ln 2.</p>",
-        _warnings_html(model_warn),
+        _warnings_html(mob_warn),
         table_html(mobility, css=_mobility_css(mobility), labels=labels),
         "<h3>Against uniform, in words</h3>",
         table_html(verdicts, labels=labels),

@@ -19,7 +19,7 @@ from jobs.report.tables import MAX_JSD, MOBILITY_LABELS, MOBILITY_METRICS
 
 def _eps(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else f"{float(value):g}"
+        else f"{float(value):.3g}"
 
 
 def _at(name: str, epsilon: Any) -> str:
@@ -108,13 +108,13 @@ def privacy_sentence(header: dict[str, Any]) -> str | None:
     c = header.get("collection") or {}
     if c.get("users"):
         parts.append(
-            f"collection spent at most epsilon {c['max_window_epsilon']:g} of the budget "
+            f"collection spent at most epsilon {c['max_window_epsilon']:.3g} of the budget "
             f"{header.get('budget', float('nan')):g} per {header.get('window_days', '?')}-day "
-            f"window (local epsilon per {unit}), {c['max_total_epsilon']:g} in total over "
+            f"window (local epsilon per {unit}), {c['max_total_epsilon']:.3g} in total over "
             f"{c['windows']} window(s), across {c['users']} {unit}s")
     t = header.get("training") or {}
     if t.get("epsilon") is not None:
-        parts.append(f"training spent epsilon {t['epsilon']:g} (delta {t.get('delta', 0):g}, "
+        parts.append(f"training spent epsilon {t['epsilon']:.3g} (delta {t.get('delta', 0):g}, "
                      f"{t.get('model', 'central')}) per trained {unit}"
                      + (f" ({t['users']} {unit}s)" if t.get("users") else ""))
     if not parts:

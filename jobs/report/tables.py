@@ -129,7 +129,7 @@ def against_uniform(table: pd.DataFrame) -> pd.DataFrame:
         if base is None:
             continue
         shared = [m for m in metrics if pd.notna(row[m]) and pd.notna(base[m])]
-        wins = [m for m in shared if row[m] < base[m]]
+        wins = [m for m in shared if row[m] < base[m] and row[m] < AT_MAX]  # ln 2 beats nothing
         losses = [m for m in shared if m not in wins]
         at_max = [m for m in metrics if pd.notna(row[m]) and row[m] >= AT_MAX]
         if not shared:
@@ -196,7 +196,7 @@ def home_table(evaluation: pd.DataFrame) -> pd.DataFrame:
         subset=["home_reid_share_within_km"])
     ends = {canonical("raw")[0]: 0, MECHANISM_NAMES["uniform"]: 2}
     wide = wide.assign(_o=wide["name"].map(lambda m: ends.get(m, 1))).sort_values(
-        ["_o", "name", "epsilon"]).drop(columns="_o")
+        ["_o", "name", "source", "epsilon"]).drop(columns="_o")
     median = (wide["home_reid_median_error_km"] if "home_reid_median_error_km" in wide.columns
               else pd.Series(math.nan, index=wide.index))
     return pd.DataFrame({
