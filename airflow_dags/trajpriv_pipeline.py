@@ -27,20 +27,30 @@ Deployment knobs (README, "Run it on a schedule"):
   spark-submit sends the application; `spark-submit` must be on the worker's PATH.
 - The Spark session's master comes from the trajpriv config (`spark.master`, local[2] in the
   embedded default) or the `spark_master` param when given: keep it equal to the connection's.
-- TRAJPRIV_HOME (the checkout or unpacked release the workers see; default: the folder above this
-  file) and TRAJPRIV_PYTHON (the interpreter with pyspark and the project; default
-  $TRAJPRIV_HOME/.venv/bin/python) only give the defaults of the `project_dir` and `python` params.
+- Where the project lives on the worker, read when a task runs (never when the DAG file is
+  parsed): the `project_dir` param, else the Airflow Variable `trajpriv_project_dir`, else the
+  worker's TRAJPRIV_HOME; the interpreter: the `python` param, else the Variable
+  `trajpriv_python`, else the worker's TRAJPRIV_PYTHON, else <project_dir>/.venv/bin/python.
+- Assets: each stage declares the published tables it writes (`trajpriv://<database>/<table>`)
+  as outlets, so a downstream DAG can schedule on e.g. `TABLE_ASSETS["trajpriv_pub.releases"]`'s
+  URI.
+- Failures: every task's `on_failure_callback` logs one line, then calls the callable named by
+  the Airflow Variable `trajpriv_on_failure` (a dotted path `package.module.function`, given the
+  task context) when it is set: the hook point for paging or chat alerts.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
+import logging
 import os
+import re
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.python import BranchPythonOperator
-from airflow.sdk import DAG, BaseHook, Param, TaskGroup, TriggerRule, chain
+from airflow.sdk import DAG, Asset, BaseHook, Param, TaskGroup, TriggerRule, Variable, chain
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -50,10 +60,59 @@ SPARK_CONN_ID = "trajpriv_spark"
 # cannot help, so the task fails at once. Other failures (exit 1, a lost executor) are retried.
 EXIT_USER_ERROR = 2
 
-_HOME = os.environ.get("TRAJPRIV_HOME") or os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))
-)
-_PYTHON = os.environ.get("TRAJPRIV_PYTHON") or os.path.join(_HOME, ".venv", "bin", "python")
+# SparkSubmitHook.submit's documented failure: AirflowException("Cannot execute: ... Error code
+# is: N. ..."): the exit status of spark-submit, i.e. of the driver in client mode.
+_EXIT_CODE = re.compile(r"Error code is: (\d+)")
+
+# The published tables each stage writes (jobs/spark/tables.py), as Assets other DAGs schedule on.
+STAGE_TABLES = {
+    "datagen": ["trajpriv_pub.locations"],
+    "collect": [
+        "trajpriv_pub.perturbed_trajectories",
+        "trajpriv_pub.perturbed_points",
+        "trajpriv_pub.releases",
+    ],
+    "synthesize": ["trajpriv_pub.synthetic_trajectories"],
+}
+TABLE_ASSETS = {
+    table: Asset(name=table, uri="trajpriv://" + table.replace(".", "/"), group="trajpriv")
+    for tables in STAGE_TABLES.values()
+    for table in tables
+}
+
+log = logging.getLogger(__name__)
+
+
+def _setting(params: dict[str, Any], param: str, variable: str, env: str) -> str | None:
+    """A deployment setting at run time: the param, else the Airflow Variable, else the worker's
+    environment variable (never the DAG processor's, and never at parse time)."""
+    return params.get(param) or Variable.get(variable, default=None) or os.environ.get(env)
+
+
+def _project_dir(params: dict[str, Any]) -> str:
+    value = _setting(params, "project_dir", "trajpriv_project_dir", "TRAJPRIV_HOME")
+    if not value:
+        raise AirflowFailException(
+            "where is the project on this worker? set the param project_dir, the Airflow "
+            "Variable trajpriv_project_dir (AIRFLOW_VAR_TRAJPRIV_PROJECT_DIR) or TRAJPRIV_HOME"
+        )
+    return value
+
+
+def _python(params: dict[str, Any]) -> str:
+    value = _setting(params, "python", "trajpriv_python", "TRAJPRIV_PYTHON")
+    return value or os.path.join(_project_dir(params), ".venv", "bin", "python")
+
+
+def _on_failure(context: dict[str, Any]) -> None:
+    """One log line per failed task, then the callable the Variable `trajpriv_on_failure` names."""
+    ti = context.get("ti") or context.get("task_instance")
+    log.error("trajpriv task failed: %s (run %s): %s", getattr(ti, "task_id", "?"),
+              context.get("run_id"), context.get("exception"))
+    target = Variable.get("trajpriv_on_failure", default=None)
+    if target:
+        module, _, name = target.rpartition(".")
+        getattr(importlib.import_module(module), name)(context)
 
 
 class StageSubmitOperator(SparkSubmitOperator):
@@ -67,6 +126,10 @@ class StageSubmitOperator(SparkSubmitOperator):
     - a user error of the job (exit code 2) fails the task without retries.
     """
 
+    def __init__(self, *, conn_id: str, **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id  # ours: the provider keeps its copy private
+
     def execute(self, context: Any) -> None:
         self.application_args = [
             line
@@ -75,18 +138,18 @@ class StageSubmitOperator(SparkSubmitOperator):
             if line.strip()
         ]
         try:
-            BaseHook.get_connection(self._conn_id)
+            BaseHook.get_connection(self.spark_conn_id)
         except AirflowException as exc:
             raise AirflowFailException(
-                f"Spark connection {self._conn_id!r} is not defined: set the environment variable "
-                f"AIRFLOW_CONN_{self._conn_id.upper()}, e.g. "
+                f"Spark connection {self.spark_conn_id!r} is not defined: set the environment "
+                f"variable AIRFLOW_CONN_{self.spark_conn_id.upper()}, e.g. "
                 '\'{"conn_type": "spark", "host": "local[2]"}\''
             ) from exc
         try:
             super().execute(context)
         except AirflowException as exc:
-            process = getattr(self._hook, "_submit_sp", None)
-            if process is not None and process.returncode == EXIT_USER_ERROR:
+            code = _EXIT_CODE.search(str(exc))
+            if code is not None and int(code.group(1)) == EXIT_USER_ERROR:
                 raise AirflowFailException(str(exc)) from exc
             raise
 
@@ -114,7 +177,7 @@ def _override(param: str, key: str) -> str:
 # Arguments every stage gets (its config is one whole, validated by each stage at start).
 # Optional params render to an empty argument, which StageSubmitOperator drops.
 STAGE_ARGS = [
-    "--config={{ project_path(params.project_dir, params.config) }}",
+    "--config={{ project_path(project_dir(params), params.config) }}",
     "--run-id=" + DAG_ID + "-{{ ds_nodash }}",
     # The data interval as the collection window (quoted: YAML would read a bare date).
     "{% if params.collect_interval == 'data_interval' %}"
@@ -194,21 +257,22 @@ PARAMS = {
         description="further config overrides, key.path=value (YAML value), for every stage",
     ),
     "project_dir": Param(
-        _HOME,
-        type="string",
-        minLength=1,
-        description="the trajpriv checkout or release the worker sees (jobs/, conf/)",
+        None,
+        type=["null", "string"],
+        description="the trajpriv checkout or release the worker sees (jobs/, conf/); null: the "
+        "Variable trajpriv_project_dir, else the worker's TRAJPRIV_HOME",
     ),
     "python": Param(
-        _PYTHON,
-        type="string",
-        minLength=1,
-        description="interpreter with pyspark and the project, for the driver and the executors",
+        None,
+        type=["null", "string"],
+        description="interpreter with pyspark and the project, for the driver and the executors; "
+        "null: the Variable trajpriv_python, else the worker's TRAJPRIV_PYTHON, else "
+        "<project_dir>/.venv/bin/python",
     ),
     "py_files": Param(
         "",
         type="string",
-        description="zip of the project for the executors (make dist: dist/trajpriv.zip); "
+        description="the project for the executors (make dist: dist/trajpriv.zip, the wheel); "
         "empty when they import it already (local mode)",
     ),
 }
@@ -220,6 +284,7 @@ DEFAULT_ARGS = {
     "retry_exponential_backoff": 2.0,  # 30 s, 60 s, ... capped at 10 min
     "max_retry_delay": dt.timedelta(minutes=10),
     "execution_timeout": dt.timedelta(hours=6),
+    "on_failure_callback": _on_failure,
 }
 
 
@@ -227,16 +292,17 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
     return StageSubmitOperator(
         task_id=stage,
         conn_id=SPARK_CONN_ID,
-        application="{{ params.project_dir }}/jobs/submit.py",
+        application="{{ project_dir(params) }}/jobs/submit.py",
         application_args=[stage, *STAGE_ARGS],
         py_files="{{ params.py_files }}",
         # The driver JVM is spark-submit's here: make Derby's metastore files private to the
         # owner from the start (the stages also tighten the data root at start and stop).
         conf={"spark.driver.extraJavaOptions": "-Dderby.storage.useDefaultFilePermissions=false"},
         name=f"trajpriv-{stage}-{{{{ ds_nodash }}}}",
+        outlets=[TABLE_ASSETS[t] for t in STAGE_TABLES.get(stage, [])],
         env_vars={
-            "PYSPARK_PYTHON": "{{ params.python }}",
-            "PYSPARK_DRIVER_PYTHON": "{{ params.python }}",
+            "PYSPARK_PYTHON": "{{ python(params) }}",
+            "PYSPARK_DRIVER_PYTHON": "{{ python(params) }}",
             # Keep jobs/ off sys.path of the driver script so no module there can shadow a
             # standard-library one (Python 3.11+: PYTHONSAFEPATH).
             "PYTHONSAFEPATH": "1",
@@ -255,7 +321,8 @@ with DAG(
     max_active_tasks=1,
     default_args=DEFAULT_ARGS,
     params=PARAMS,
-    user_defined_macros={"project_path": _project_path},
+    user_defined_macros={"project_path": _project_path, "project_dir": _project_dir,
+                         "python": _python},
     dagrun_timeout=dt.timedelta(hours=24),
     tags=["trajpriv", "spark", "privacy"],
     doc_md=__doc__,

@@ -40,7 +40,11 @@ if dag is not None:
             "retry_delay_s": t.retry_delay.total_seconds(),
             "max_retry_delay_s": t.max_retry_delay.total_seconds() if t.max_retry_delay else None,
             "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
-            "conn_id": getattr(t, "_conn_id", None),
+            "conn_id": getattr(t, "spark_conn_id", None),
+            "outlets": [[a.name, a.uri] for a in t.outlets],
+            "on_failure": [f"{c.__module__}.{c.__name__}" for c in
+                           (t.on_failure_callback if isinstance(t.on_failure_callback, list)
+                            else [t.on_failure_callback] if t.on_failure_callback else [])],
             "application": getattr(t, "application", None),
             "stage_arg": (getattr(t, "application_args", None) or [None])[0],
         }
@@ -64,7 +68,7 @@ if dag is not None:
     env = dag.get_template_env()
     task = dag.get_task("collection.collect")
     def render(params):
-        merged = {**dag.params.validate(), **params}
+        merged = {**dag.params.validate(), "project_dir": sys.argv[4], **params}
         import datetime as dt
         from airflow.sdk.execution_time import macros
         start = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)
@@ -110,7 +114,8 @@ def dag_info(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = clean_env()
     env["AIRFLOW_HOME"] = str(tmp_path_factory.mktemp("airflow_parse_home"))
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    env["TRAJPRIV_HOME"] = str(ROOT)
+    # The processor's environment must not decide the workers' settings: a decoy here.
+    env["TRAJPRIV_HOME"] = "/processor/only"
     proc = subprocess.run(
         [
             str(AIRFLOW_PY),
@@ -119,6 +124,7 @@ def dag_info(tmp_path_factory: pytest.TempPathFactory) -> dict:
             str(ROOT / "airflow_dags"),
             json.dumps(BAD_PARAMS),
             json.dumps(SET_PARAMS),
+            str(ROOT),
         ],
         cwd=tmp_path_factory.mktemp("elsewhere"),  # not the repo: nothing project-side on the path
         env=env,
@@ -178,7 +184,7 @@ def test_every_stage_is_a_spark_submit_of_its_module(dag_info):
         info = dag_info["tasks"][task_id]
         assert "SparkSubmitOperator" in info["mro"], task_id
         assert info["conn_id"] == "trajpriv_spark"
-        assert info["application"] == "{{ params.project_dir }}/jobs/submit.py"
+        assert info["application"] == "{{ project_dir(params) }}/jobs/submit.py"
         assert info["stage_arg"] == stage  # the first application argument names the stage
         # retries with exponential back-off: 30 s, 60 s, ... capped at 10 minutes
         assert info["retries"] == 2
@@ -202,8 +208,8 @@ def test_default_params_validate(dag_info):
     defaults = dag_info["defaults"]
     assert defaults["config"] == "conf/default.yaml"
     assert defaults["source"] == "datagen"
-    assert defaults["project_dir"] == str(ROOT)
-    assert defaults["python"] == str(ROOT / ".venv" / "bin" / "python")
+    # read when a task runs (param, Variable, worker env), never frozen at parse time
+    assert defaults["project_dir"] is None and defaults["python"] is None
     for key in ("dataset", "epsilon", "mechanism", "noise", "target_epsilon", "spark_master"):
         assert defaults[key] is None, key  # unset: the config file decides
 
@@ -249,3 +255,48 @@ def test_set_params_become_yaml_overrides(dag_info):
         "--set=train.rounds=3",
         "--set=evaluate.mode=paper",
     ]
+
+
+# --- the DAG by the book (issue 20) -----------------------------------------------------------
+
+DAG_FILE = ROOT / "airflow_dags" / "trajpriv_pipeline.py"
+
+
+def test_only_the_providers_public_api():
+    """No `obj._private` attribute anywhere in the DAG file (dunders such as __init__ are fine)."""
+    import ast
+
+    tree = ast.parse(DAG_FILE.read_text(encoding="utf-8"))
+    private = sorted({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and n.attr.startswith("_") and not n.attr.startswith("__")})
+    assert private == []
+
+
+def test_defaults_are_not_read_from_the_environment_at_parse_time(dag_info):
+    import ast
+
+    tree = ast.parse(DAG_FILE.read_text(encoding="utf-8"))
+    top_level = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.ClassDef)]
+    env_reads = [ast.unparse(n) for stmt in top_level for n in ast.walk(stmt)
+                 if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")]
+    assert env_reads == []
+    assert "/processor/only" not in json.dumps(dag_info["defaults"])
+
+
+def test_published_tables_are_assets_of_the_stages_that_write_them(dag_info):
+    outlets = {t: info["outlets"] for t, info in dag_info["tasks"].items() if info["outlets"]}
+    assert outlets == {
+        "collection.datagen": [["trajpriv_pub.locations", "trajpriv://trajpriv_pub/locations"]],
+        "collection.collect": [
+            [f"trajpriv_pub.{t}", f"trajpriv://trajpriv_pub/{t}"]
+            for t in ("perturbed_trajectories", "perturbed_points", "releases")
+        ],
+        "synthesis.synthesize": [["trajpriv_pub.synthetic_trajectories",
+                                  "trajpriv://trajpriv_pub/synthetic_trajectories"]],
+    }
+
+
+def test_every_task_has_the_failure_hook(dag_info):
+    for task_id, info in dag_info["tasks"].items():
+        assert [c.rsplit(".", 1)[1] for c in info["on_failure"]] == ["_on_failure"], task_id
+        assert info["on_failure"][0].endswith("trajpriv_pipeline._on_failure"), task_id
