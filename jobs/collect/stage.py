@@ -407,7 +407,7 @@ def ensure_view(spark: SparkSession) -> None:
         return
     spark.sql(
         f"""
-        CREATE OR REPLACE VIEW {PERTURBED_POINTS} AS
+        CREATE OR REPLACE VIEW {PERTURBED_POINTS} {PERTURBED_POINTS.view_columns()} AS
         SELECT x.release_id, x.dataset, x.mechanism, x.epsilon, x.pseudonym,
                x.traj_key, x.date, x.seq, x.loc_id, l.lat, l.lon
         FROM (

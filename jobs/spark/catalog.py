@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from jobs.spark.tables import ALL, RUNS, Table, schema_differences
 from udfs.errors import InputDataError
@@ -114,6 +115,9 @@ def write_table(
 def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
     """First write of `table`: CTAS, after moving aside a leftover folder at its location.
 
+    A catalogue table is created with its columns' comments (`Table.comments`), so `DESCRIBE`
+    tells an analyst what each column holds.
+
     Why: Spark refuses to create a managed table over a non-empty folder
     (LOCATION_ALREADY_EXISTS), and exactly that folder is what a process killed during a
     table's first write leaves (files, no catalog entry). Without this the stage would fail
@@ -129,6 +133,10 @@ def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
         location.rename(aside)
         log.warning("table %s: its folder %s held files but no catalog entry (a first write "
                     "that was interrupted); moved aside to %s", table, location, aside)
+    if isinstance(table, Table):  # the catalogue's column comments, for DESCRIBE
+        notes = table.comments()
+        df = df.select(*[F.col(c).alias(c, metadata={"comment": notes[c]}) if c in notes
+                         else F.col(c) for c in df.columns])
     writer = df.write.format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
@@ -240,7 +248,8 @@ def record_run(
 
 def catalogue_drift(spark: SparkSession) -> list[str]:
     """How the tables and views in the metastore differ from jobs/spark/tables.py (one line
-    each; [] when every existing one matches): columns, types and partition columns."""
+    each; [] when every existing one matches): columns, types, comments and partition
+    columns."""
     out = []
     for table in ALL.values():
         if not table_exists(spark, table):
@@ -248,6 +257,7 @@ def catalogue_drift(spark: SparkSession) -> list[str]:
         cols = spark.catalog.listColumns(table)
         types = {c.name: c.dataType.replace(" ", "") for c in cols}
         out += [f"{table}: {d}" for d in schema_differences(table, types)]
+        out += [f"{table}: column {c.name} has no comment" for c in cols if not c.description]
         parts = tuple(c.name for c in cols if c.isPartition)
         if parts != table.partition_by:
             out.append(f"{table}: partitioned by {parts}, the catalogue says {table.partition_by}")

@@ -26,7 +26,8 @@ class Table(str):
     """A catalogue entry: the qualified table name, with zone, partitioning and columns.
 
     `columns` is the full column list in DDL form (partition columns included, any order);
-    `view` marks a view (no partitioning, never written by `write_table`).
+    `view` marks a view (no partitioning, never written by `write_table`); `notes` gives the
+    columns whose meaning in this table differs from the glossary `COLUMN_NOTES`.
     """
 
     db: str
@@ -34,9 +35,10 @@ class Table(str):
     columns: str
     holds: str
     view: bool
+    notes: dict[str, str]
 
     def __new__(cls, name: str, *, partition_by: tuple[str, ...] = (), columns: str,
-                holds: str, view: bool = False) -> Table:
+                holds: str, view: bool = False, notes: dict[str, str] | None = None) -> Table:
         obj = super().__new__(cls, name)
         obj.db = name.split(".", 1)[0]
         if obj.db not in DATABASES:
@@ -45,6 +47,12 @@ class Table(str):
         obj.columns = columns
         obj.holds = holds
         obj.view = view
+        obj.notes = dict(notes or {})
+        unknown = set(obj.notes) - set(obj.column_types())
+        if unknown:
+            raise ValueError(f"table {name}: notes for unknown columns {sorted(unknown)}")
+        if any("'" in text for text in obj.comments().values()):  # they go into SQL as is
+            raise ValueError(f"table {name}: a column comment holds a quote")
         return obj
 
     @property
@@ -65,18 +73,85 @@ class Table(str):
                 start = i + 1
         return out
 
+    def comments(self) -> dict[str, str]:
+        """{column: comment} for every column: this table's note, else the glossary's. What
+        `DESCRIBE` shows (written into the metastore when the table or view is created)."""
+        return {c: self.notes.get(c) or COLUMN_NOTES[c] for c in self.column_types()}
+
+    def view_columns(self) -> str:
+        """The column list of `CREATE VIEW <name> (...) AS`, with the comments, in the order of
+        `columns` (the view's SELECT lists its columns in that order)."""
+        return "(" + ", ".join(f"{c} COMMENT '{text}'" for c, text in self.comments().items()) + ")"
+
+
+#: What a column holds wherever its name appears (a table's `notes` override it). Shown by
+#: `DESCRIBE` so an analyst reads a table without this file; say the privacy status where it
+#: matters (public by design, DP-released, raw).
+COLUMN_NOTES: dict[str, str] = {
+    "user_id": "raw user identifier (personal data)",
+    "pseudonym": "keyed pseudonym of the user (HMAC; collect.pseudonym: none, stable or per "
+                 "window), null when none is published",
+    "ts": "record time (UTC)",
+    "lat": "latitude (WGS84 degrees) of the public location",
+    "lon": "longitude (WGS84 degrees) of the public location",
+    "loc_id": "id of a location in the public location set (trajpriv_pub.locations)",
+    "loc_ids": "location ids of the trajectory, in visiting order",
+    "dataset": "dataset name (conf: dataset)",
+    "date": "day of the trajectory (published at the coarsening collect.date sets)",
+    "traj_id": "trajectory number within the user day",
+    "traj_key": "keyed id of one released trajectory (HMAC; stable or per release)",
+    "n": "number of points in the trajectory",
+    "slots": "48 location ids, one per half-hour of the day",
+    "slot": "half-hour slot of the day (0 = 00:00-00:30)",
+    "seq": "position of the point in its trajectory (0-based)",
+    "split": "train or holdout (users split for the membership attacks)",
+    "source": "input file the record came from",
+    "record": "the refused input record as read",
+    "reason": "why ingest refused the record, with the fix",
+    "ingested_at": "when ingest read the record (UTC)",
+    "run_id": "id of the stage run that wrote the row (trajpriv_pub.runs)",
+    "release_id": "id of the collect release (trajpriv_pub.releases)",
+    "mechanism": "LDP mechanism of the release (tp, atp, exp, uniform, ngram, tracs_d, ...)",
+    "epsilon": "privacy parameter epsilon of the release",
+    "delta": "privacy parameter delta of the release",
+    "state": "planned (charged before the release), spent, or a release marker (published, "
+             "registered, evaluated)",
+    "detail": "JSON facts of a release marker row",
+    "recorded_at": "when the ledger row was written (UTC)",
+    "stage": "pipeline stage (collect, train, ...)",
+    "setting": "epsilon or other setting the figure was measured at",
+    "metric": "name of the measured figure",
+    "value": "value of the figure",
+    "method": "mechanism or model evaluated",
+    "created_at": "when the row was written (UTC)",
+    "trajectories": "number of trajectories published in the release",
+    "points": "number of points published in the release",
+    "model": "generator (pategail++, pategail, ...)",
+    "privacy_model": "central (DP training, user-level) or local (LDP variants)",
+    "traj_no": "number of the synthetic day within the run",
+    "config": "full configuration of the stage (YAML)",
+    "started_at": "stage start (UTC)",
+    "finished_at": "stage end (UTC)",
+    "status": "ok or failed",
+    "figures": "public figures of the stage (JSON)",
+}
+
 
 # --- raw zone ---------------------------------------------------------------------------------
 POINTS = Table(
     f"{RAW_DB}.points", partition_by=("dataset", "date"),
     columns="user_id string, ts timestamp, lat double, lon double, loc_id int, dataset string, "
             "date date",
-    holds="every accepted raw point, snapped to its public location")
+    holds="every accepted raw point, snapped to its public location",
+    notes={"lat": "raw latitude of the record (WGS84 degrees)",
+           "lon": "raw longitude of the record (WGS84 degrees)",
+           "date": "day of the record (UTC)"})
 TRAJECTORIES = Table(
     f"{RAW_DB}.trajectories", partition_by=("dataset", "date"),
     columns="user_id string, traj_id int, loc_ids array<int>, ts array<timestamp>, n int, "
             "dataset string, date date",
-    holds="raw trajectories (location id sequences), the input of collect")
+    holds="raw trajectories (location id sequences), the input of collect",
+    notes={"ts": "record time of each point (UTC)", "date": "day of the trajectory (UTC)"})
 SLOT_DAYS = Table(
     f"{RAW_DB}.slot_days", partition_by=("dataset", "date"),
     columns="user_id string, slots array<int>, dataset string, date date",
@@ -95,19 +170,25 @@ PRIVACY_LEDGER = Table(
     columns="dataset string, user_id string, date date, traj_id bigint, traj_key string, "
             "run_id string, mechanism string, epsilon double, delta double, state string, "
             "detail string, recorded_at timestamp, stage string, release_id string",
-    holds="append-only ledger of every release's privacy cost per user")
+    holds="append-only ledger of every release's privacy cost per user",
+    notes={"epsilon": "epsilon charged to the user by this row",
+           "delta": "delta charged to the user by this row",
+           "date": "day of the charged trajectory (null for training)",
+           "user_id": "raw user identifier (null on release marker rows)"})
 
 # --- trusted zone -----------------------------------------------------------------------------
 EVALUATION = Table(
     f"{TRUSTED_DB}.evaluation", partition_by=("dataset", "run_id", "method"),
     columns="setting double, metric string, value double, created_at timestamp, "
             "dataset string, run_id string, method string",
-    holds="divergences and attack figures against the real days (not DP)")
+    holds="divergences and attack figures against the real days (not DP)",
+    notes={"run_id": "the run evaluated (collect release or train run)"})
 STUDY_PERTURBED = Table(
     f"{TRUSTED_DB}.study_perturbed", partition_by=("dataset", "run_id"),
     columns="user_id string, date date, traj_id bigint, mechanism string, epsilon double, "
             "loc_ids array<int>, dataset string, run_id string",
-    holds="the epsilon study's perturbed copies (linked to users: never published)")
+    holds="the epsilon study's perturbed copies (linked to users: never published)",
+    notes={"epsilon": "epsilon of the study perturbation"})
 
 # --- published zone ---------------------------------------------------------------------------
 LOCATIONS = Table(
@@ -135,12 +216,18 @@ SYNTHETIC_TRAJECTORIES = Table(
     f"{PUB_DB}.synthetic_trajectories", partition_by=("dataset", "run_id"),
     columns="model string, epsilon double, delta double, privacy_model string, traj_no bigint, "
             "slots array<int>, dataset string, run_id string",
-    holds="synthetic slot days sampled from a DP-trained policy")
+    holds="synthetic slot days sampled from a DP-trained policy",
+    notes={"epsilon": "epsilon the training run spent (per user)",
+           "delta": "delta of the accounting of the training run",
+           "run_id": "the train run whose policy generated the days"})
 SYNTHETIC_POINTS = Table(
     f"{PUB_DB}.synthetic_points", view=True,
     columns="run_id string, dataset string, model string, epsilon double, delta double, "
             "privacy_model string, traj_no bigint, slot int, loc_id int, lat double, lon double",
-    holds="view: one row per synthetic slot with its location's coordinates")
+    holds="view: one row per synthetic slot with its location's coordinates",
+    notes={"epsilon": "epsilon the training run spent (per user)",
+           "delta": "delta of the accounting of the training run",
+           "run_id": "the train run whose policy generated the days"})
 RUNS = Table(
     f"{PUB_DB}.runs",
     columns="run_id string, stage string, config string, started_at timestamp, "

@@ -130,7 +130,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     bc.unpersist()
     if table_exists(spark, LOCATIONS):
         spark.sql(f"""
-            CREATE OR REPLACE VIEW {SYNTHETIC_POINTS} AS
+            CREATE OR REPLACE VIEW {SYNTHETIC_POINTS} {SYNTHETIC_POINTS.view_columns()} AS
             SELECT x.run_id, x.dataset, x.model, x.epsilon, x.delta, x.privacy_model,
                    x.traj_no, x.slot,
                    x.loc_id, l.lat, l.lon
