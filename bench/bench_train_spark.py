@@ -14,6 +14,16 @@ barrier`), and reports:
 Usage: python bench/bench_train_spark.py [--rounds 3] [--telecom-users 9481] [--skip-telecom]
        [--modes local,barrier]
 Note the machine load (printed) when reading the figures.
+
+Pipeline mode (`--pipeline CONFIG --root ROOT [--set KEY=VALUE ...]`): one real `trajpriv train`
+on a data root prepared by `trajpriv datagen` + `ingest` (e.g. conf/telecom_shanghai.yaml, the
+full 9,481 users), in a child process, and prints from its log:
+  stage_s     split + shard staging on Spark (before the ranks start)
+  launch_s    TorchDistributor start until every rank is ready for round 1 (torchrun, imports,
+              rendezvous, shard load, expert features, critics, start distribution), with the
+              phases of `jobs.train.stage.launch_phases`
+  round_s     mean seconds per round (rank 0's round lines), rounds done, final epsilon
+  total_s     the child's wall time (JVM start included); load average sampled every 5 s
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import sys
 import time
 import zlib
@@ -62,14 +73,63 @@ def bench(spark, name: str, data: TrainData, world: int, rounds: int, out: Path,
             "launch_s": wall - slow["setup_s"] - slow["rounds_s"], "wall_s": wall}
 
 
+ROUND = re.compile(r"round (\d+)/(\d+) released reward \S+ policy \S+ epsilon (\S+) \((\S+)s\)")
+LAUNCH = re.compile(r"train launch: (.*)")
+
+
+def pipeline(config: str, root: str, sets: list[str]) -> None:
+    """One `trajpriv train` run on a prepared root; prints stage, launch, round and total."""
+    import subprocess
+    import threading
+
+    cmd = [sys.executable, "-m", "jobs.cli", "train", "--config", config,
+           "--set", f"storage.root={root}", *[a for kv in sets for a in ("--set", kv)]]
+    loads: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(5.0):
+            loads.append(os.getloadavg()[0])
+
+    threading.Thread(target=sample, daemon=True).start()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    total = time.perf_counter() - t0
+    done.set()
+    text = proc.stdout + proc.stderr
+    if proc.returncode:
+        print(text[-4000:])
+        raise SystemExit(f"train failed (exit {proc.returncode})")
+    rounds = [(int(m[1]), float(m[3]), float(m[4])) for m in ROUND.finditer(text)]
+    phases = LAUNCH.search(text)
+    stage = re.search(r"'stage_s': ([\d.]+)|stage_s=([\d.]+)", text)
+    print(f"train {config} root={root} {' '.join(sets)}")
+    print(f"launch phases (s after TorchDistributor start): {phases[1] if phases else '?'}")
+    ready = re.search(r"ready ([\d.]+)s", phases[1]) if phases else None
+    print(f"stage_s={(stage[1] or stage[2]) if stage else '?'} "
+          f"launch_s={ready[1] if ready else '?'} "
+          f"round_s={sum(r[2] for r in rounds) / max(1, len(rounds)):.2f} "
+          f"rounds={len(rounds)} epsilon={rounds[-1][1] if rounds else '?'} total_s={total:.1f}")
+    print(f"load average during the run: mean {sum(loads) / max(1, len(loads)):.2f}, "
+          f"max {max(loads, default=0):.2f} ({len(loads)} samples), cpus {os.cpu_count()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--pipeline", metavar="CONFIG", help="time one real train run (see doc)")
+    ap.add_argument("--root", help="storage.root of --pipeline (prepared by datagen + ingest)")
+    ap.add_argument("--set", action="append", default=[], help="extra override of --pipeline")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--telecom-users", type=int, default=9481)
     ap.add_argument("--skip-telecom", action="store_true")
     ap.add_argument("--modes", default="local",
                     help="comma list of local (torchrun on the driver) and barrier (Spark tasks)")
     args = ap.parse_args()
+    if args.pipeline:
+        if not args.root:
+            ap.error("--pipeline needs --root")
+        pipeline(args.pipeline, args.root, args.set)
+        return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     from pyspark.sql import SparkSession

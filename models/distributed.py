@@ -259,9 +259,12 @@ def write_artefacts(run: _Run, out_dir: Path, meta: dict) -> dict[str, str]:
 # ----------------------------------------------------------------------------------------------
 def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
     t0 = time.perf_counter()
+    stamps = holder.setdefault("stamps", {})
     cfg = TrainConfig.from_dict(job.config)
     data, rows, n_total = job.load(comm.rank, comm.world)
+    stamps["loaded"] = time.time()
     run = holder["run"] = _Run(cfg, data, comm, rows, n_total, job.blocks, comm.device)
+    stamps["built"] = time.time()
     t_setup = time.perf_counter() - t0
     resumed = bool(job.checkpoint_dir and job.resume
                    and load_sharded(run, job.checkpoint_dir, comm))
@@ -270,6 +273,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
                  run.accountant.epsilon())
     else:
         run.setup()
+    stamps["ready"] = time.time()
     last = cfg.rounds if job.stop_after is None else min(cfg.rounds, job.stop_after)
     save = ((lambda: save_sharded(run, job.checkpoint_dir, comm)) if job.checkpoint_dir
             else None)
@@ -279,7 +283,7 @@ def _train(job: RankJob, comm: TorchComm, holder: dict) -> dict:
     t_rounds = time.perf_counter() - t1
     report = {"rank": comm.rank, "users": data.n_users, "rounds_done": run.round,
               "setup_s": round(t_setup, 3), "rounds_s": round(t_rounds, 3),
-              "rounds_run": run.round - round0,
+              "rounds_run": run.round - round0, "stamps": dict(stamps),
               "critics": str(save_critic_shard(run, job.out_dir, comm.rank, comm.world))}
     shared = None
     if comm.rank == 0:
@@ -393,11 +397,15 @@ def run_rank(job: RankJob) -> dict:
 
 
 def _run_rank(job: RankJob) -> dict:
+    entered = time.time()
     placement = _init(job)
     comm = TorchComm(placement.device)
     if comm.rank != 0:
         logging.getLogger("models").setLevel(logging.WARNING)
-    holder: dict = {}
+    # wall-clock stamps of the launch phases (the driver compares them with its own start):
+    # entered run_rank (interpreter, imports, unpickling done), process group up, shard loaded,
+    # _Run built (features, critics), set up (start distribution, critic pretraining)
+    holder: dict = {"stamps": {"entered": entered, "group": time.time()}}
     result: dict
     try:
         try:
@@ -416,7 +424,7 @@ def _run_rank(job: RankJob) -> dict:
                 errors = {comm.rank: f"{msg} (could not reach the other ranks: {exc2})"}
             result = {"ok": False, "world": comm.world, "errors": errors}
     finally:
-        holder.clear()  # model, DDP wrapper and optimisers go before the process group
+        holder.pop("run", None)  # model, DDP wrapper and optimisers go before the process group
         gc.collect()
         dist.destroy_process_group()
     return result

@@ -45,6 +45,7 @@ and the config seed (so published figures never let anyone recompute the noise).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import logging
@@ -179,7 +180,7 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
     if distributor.num_processes != world:  # TorchDistributor lowers it to the GPUs it sees
         raise ConfigError(f"TorchDistributor would run {distributor.num_processes} rank(s), not "
                           f"train.num_processes={world}: declare one GPU per rank to Spark")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), rank_threads(world if cfg.train.local_mode else 1):
         # pyspark leaves the torchrun process's stdout pipe unclosed: a ResourceWarning when it
         # is collected. Known and harmless; ignored here only, with the collection done inside.
         warnings.filterwarnings("ignore", category=ResourceWarning)
@@ -187,6 +188,22 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
             return distributor.run(run_rank, job)
         finally:
             gc.collect()
+
+
+@contextlib.contextmanager
+def rank_threads(local_ranks: int):
+    """`OMP_NUM_THREADS=1` for the launched ranks when several share this host, set by us:
+    torchrun sets the same value itself when it is unset, with a multi-line banner that
+    pyspark copies to stdout. Same threads, no banner; a value the user exported stands, and
+    the driver's environment is restored after the launch."""
+    if local_ranks < 2 or "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)
 
 
 def remove_stale_staging(folder: Path) -> list[str]:
@@ -254,11 +271,13 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         # the run can spend (it stops before exceeding it), so a crash never under-counts.
         charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc,
                         state="planned", epsilon=cfg.train.target_epsilon)
-        t1 = time.perf_counter()
+        t1, t1_wall = time.perf_counter(), time.time()
         try:  # no summary, or a failed one: the ranks' files name the cause (rank_errors)
             result = launch(spark, cfg, job, world)
             t_launch = time.perf_counter() - t1
             summary = check_summary(result, world)
+            log.info("train launch: %s", ", ".join(
+                f"{k} {v:.1f}s" for k, v in launch_phases(summary, t1_wall).items()))
         except Exception as exc:
             detail = rank_errors(out_dir, world)
             if detail:
@@ -271,6 +290,16 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc, state="spent",
                     epsilon=float(figures["epsilon"]))
     return figures
+
+
+def launch_phases(summary: dict, start: float) -> dict[str, float]:
+    """Seconds from the driver's launch (`start`, wall clock) to each phase's end on the slowest
+    rank (models.distributed stamps): ranks entered (torchrun, interpreters, imports,
+    unpickling), process group up, shard loaded, model built (expert features, critics),
+    ready for round 1 (start distribution, critic pretraining). Timings only."""
+    names = ("entered", "group", "loaded", "built", "ready")
+    stamps = [r.get("stamps", {}) for r in summary["ranks"]]
+    return {k: max(s[k] for s in stamps) - start for k in names if all(k in s for s in stamps)}
 
 
 def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, user_ids,

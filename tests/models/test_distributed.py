@@ -93,6 +93,16 @@ def test_two_ranks_equal_one_process(tmp_path, destination):
                                                             rel=1e-9)
     assert one.accountant["epsilon"] == pytest.approx(two["accountant"]["epsilon"], rel=1e-9)
     assert {r["users"] for r in two["ranks"]} == {3}  # each rank held only its own users
+    # launch phases stamped in order on every rank (the bench's launch breakdown reads them)
+    from jobs.train.stage import launch_phases
+
+    for r in two["ranks"]:
+        s = r["stamps"]
+        assert s["entered"] <= s["group"] <= s["loaded"] <= s["built"] <= s["ready"], s
+    phases = launch_phases(two, min(r["stamps"]["entered"] for r in two["ranks"]))
+    assert list(phases) == ["entered", "group", "loaded", "built", "ready"]
+    times = list(phases.values())
+    assert times[0] >= 0 and times == sorted(times)
 
 
 def test_summary_check_names_the_failing_rank():
