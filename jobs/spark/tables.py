@@ -190,6 +190,11 @@ STUDY_PERTURBED = Table(
     holds="the epsilon study's perturbed copies (linked to users: never published)",
     notes={"epsilon": "epsilon of the study perturbation"})
 
+#: What epsilon, delta and run_id mean in the synthetic table and its view.
+_SYNTHETIC_NOTES = {"epsilon": "epsilon the training run spent (per user)",
+                    "delta": "delta of the accounting of the training run",
+                    "run_id": "the train run whose policy generated the days"}
+
 # --- published zone ---------------------------------------------------------------------------
 LOCATIONS = Table(
     f"{PUB_DB}.locations", partition_by=("dataset",),
@@ -217,17 +222,13 @@ SYNTHETIC_TRAJECTORIES = Table(
     columns="model string, epsilon double, delta double, privacy_model string, traj_no bigint, "
             "slots array<int>, dataset string, run_id string",
     holds="synthetic slot days sampled from a DP-trained policy",
-    notes={"epsilon": "epsilon the training run spent (per user)",
-           "delta": "delta of the accounting of the training run",
-           "run_id": "the train run whose policy generated the days"})
+    notes=_SYNTHETIC_NOTES)
 SYNTHETIC_POINTS = Table(
     f"{PUB_DB}.synthetic_points", view=True,
     columns="run_id string, dataset string, model string, epsilon double, delta double, "
             "privacy_model string, traj_no bigint, slot int, loc_id int, lat double, lon double",
     holds="view: one row per synthetic slot with its location's coordinates",
-    notes={"epsilon": "epsilon the training run spent (per user)",
-           "delta": "delta of the accounting of the training run",
-           "run_id": "the train run whose policy generated the days"})
+    notes=_SYNTHETIC_NOTES)
 RUNS = Table(
     f"{PUB_DB}.runs",
     columns="run_id string, stage string, config string, started_at timestamp, "
