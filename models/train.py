@@ -625,9 +625,11 @@ class _Run:
                          critic_shard(self)["critics"], list(self.data.user_ids))
 
 
-def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
+def train_loop(run: _Run, last: int, save=None, on_round=None,
+               round_log_level: int = logging.INFO) -> None:
     """Rounds until `last` or a refused release; `save()` after every checkpoint_every rounds,
-    at the last round and when stopped; `on_round(run)` before each round (fault hooks)."""
+    at the last round and when stopped; `on_round(run)` before each round (fault hooks);
+    `round_log_level`: the level of the per-round line (DEBUG for LiRA's shadow models)."""
     cfg = run.cfg
     while run.round < last and run.stopped is None:
         if on_round is not None:
@@ -641,9 +643,10 @@ def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
         run.history.append(rec)
         run.round += 1
         # public figures only (the "trusted" part of the record is never logged)
-        log.info("round %d/%d released reward %.4f policy %.4f epsilon %.4g (%.2fs)",
-                 run.round, cfg.rounds, rec["reward_mean"], rec["policy_loss"], rec["epsilon"],
-                 sum(rec["seconds"].values()))
+        log.log(round_log_level,
+                "round %d/%d released reward %.4f policy %.4f epsilon %.4g (%.2fs)", run.round,
+                cfg.rounds, rec["reward_mean"], rec["policy_loss"], rec["epsilon"],
+                sum(rec["seconds"].values()))
         if save and (run.round % cfg.checkpoint_every == 0 or run.round == last):
             save()
     if save and run.stopped:
@@ -654,7 +657,8 @@ def train_loop(run: _Run, last: int, save=None, on_round=None) -> None:
 
 def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
         resume: bool = False, stop_after: int | None = None, blocks: int = 1,
-        device: torch.device | str | None = None) -> FitResult:
+        device: torch.device | str | None = None,
+        round_log_level: int = logging.INFO) -> FitResult:
     """Train PateGAIL / PateGAIL++ on `data` in this process; `stop_after` ends early after that
     many rounds in total (for tests of resume); `resume` continues from
     `checkpoint_dir/latest.pt`; `blocks` = rollout blocks (use the W-process run's value to
@@ -670,5 +674,5 @@ def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | No
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
     save = ((lambda: save_checkpoint(to_cpu(run.state_dict()), checkpoint_dir))
             if checkpoint_dir else None)
-    train_loop(run, last, save)
+    train_loop(run, last, save, round_log_level=round_log_level)
     return run.result()

@@ -40,6 +40,7 @@ from pyspark.sql import types as T
 
 from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
+from jobs.progress import spark_progress
 from jobs.spark import ledger
 from jobs.spark.catalog import read_table, table_exists, write_table
 from jobs.spark.per_user import per_user, user_bounds
@@ -469,9 +470,12 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
             F.lit(release.release_id).alias("release_id"),
             "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
         )
-        # One partition (dataset, release_id): a redo replaces exactly this release's rows.
-        write_table(out, PERTURBED_TRAJECTORIES,
-                    covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+        n = release.detail.get("trajectories")  # public: the release's published count
+        with spark_progress(spark, "collect release", "tasks",
+                            work=(n, "trajectories") if n else None):
+            # One partition (dataset, release_id): a redo replaces exactly this release's rows.
+            write_table(out, PERTURBED_TRAJECTORIES,
+                        covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
         free_shared(released)
         figures.setdefault("release_s", 0.0)
         figures["release_s"] += round(time.perf_counter() - t0, 3)
@@ -487,7 +491,8 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
         faults.crash_point("after_registered_mark")
     if ledger.EVALUATED not in release.states:
         t0 = time.perf_counter()
-        rows = release_metrics(spark, cfg, release, space, locations)
+        with spark_progress(spark, "collect utility metrics", "tasks"):
+            rows = release_metrics(spark, cfg, release, space, locations)
         figures.setdefault("metrics", {}).update(
             {r["metric"]: (None if r["value"] != r["value"] else round(r["value"], 6))
              for r in rows})
@@ -589,7 +594,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         timer=plan_timer,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        summary = summarise_plan(plan)
+        with spark_progress(spark, "collect plan", "tasks"):
+            summary = summarise_plan(plan)
         figures["plan_s"] = round(time.perf_counter() - t0, 3)
         figures["plan_kernel_cpu_s"] = round(plan_timer.value, 3)
         counts = summary["counts"]

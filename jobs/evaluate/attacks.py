@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from jobs.config import Config
 from jobs.evaluate.pairs import perturbed_pairs
 from jobs.keys import pseudonym, pseudonym_key
+from jobs.progress import track
 from jobs.spark.catalog import read_table
 from jobs.spark.tables import LOCATIONS, POINTS
 from models.attacks.home import home_reidentification
@@ -60,7 +61,8 @@ def run_attacks(spark: SparkSession, cfg: Config,
         targets = attack_targets(spark, cfg) if targets is None else targets
         if not targets:
             log.warning("no train run of %s to attack: membership attacks skipped", cfg.dataset)
-        for run_id, model, epsilon in targets:
+        for run_id, model, epsilon in track(targets, "evaluate membership attacks",
+                                            "trained runs"):
             more, figs = attack_run(spark, cfg, run_id, model, epsilon)
             rows += more
             prefix = "" if len(targets) == 1 else f"{model}_"

@@ -58,6 +58,7 @@ from jobs.evaluate.summaries import (
     summary_rows,
 )
 from jobs.ingest.shaping import build_slot_days
+from jobs.progress import spark_progress
 from jobs.spark.catalog import read_table, table_exists
 from jobs.spark.evaluation import write_evaluation
 from jobs.spark.per_user import per_user
@@ -400,7 +401,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
             days = days.unionByName(part)
         # (part, slots): one row per day of every table -> {part: DaySummary}
         expected = [(HELD_OUT,), *{(t[0],) for t in tables}]
-        summaries = summarize_groups_pandas(days, ["part"], coords, bins, "days", expected)
+        with spark_progress(spark, "evaluate real and synthetic days", "tasks"):
+            summaries = summarize_groups_pandas(days, ["part"], coords, bins, "days", expected)
         for label, method, setting in tables:
             values = compare_summaries(summaries[(HELD_OUT,)], summaries[(label,)], bins)
             record(label, method, setting, values)
@@ -408,7 +410,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     pairs = perturbed_pairs(spark, cfg)
     if pairs is not None:
         t0 = time.perf_counter()
-        summaries = perturbed_summaries(spark, pairs, coords, loc_ids, bins)
+        with spark_progress(spark, "evaluate perturbed trajectories", "tasks"):
+            summaries = perturbed_summaries(spark, pairs, coords, loc_ids, bins)
         for m, e in sorted({(m, e) for m, e, _ in summaries}):
             values = compare_summaries(
                 summaries[(m, e, "raw")], summaries[(m, e, "perturbed")], bins

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,8 @@ from models.critic_store import UserCritics, load_user_critics
 from models.data import TrainData
 from models.policy import PolicyNet
 from udfs.errors import InputDataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,16 @@ class TrainedRun:
 
 def shadow_trainer(run: TrainedRun) -> Callable[[TrainData, int], object]:
     """`train(data, seed)` for `lira.run_lira`: the run's recipe and rollout blocks in one
-    process (models.train.fit; W ranks give the same model up to float summation order)."""
+    process (models.train.fit; W ranks give the same model up to float summation order).
+    A shadow's rounds log at DEBUG: four shadows printed 16 `round i/4` lines among the
+    stage's own; the attack suite logs one line per shadow set."""
     from models.train import fit
 
     def train(data: TrainData, seed: int):
-        return fit(dataclasses.replace(run.config, seed=seed), data, blocks=run.blocks)
+        t0 = time.perf_counter()
+        model = fit(dataclasses.replace(run.config, seed=seed), data, blocks=run.blocks,
+                    round_log_level=logging.DEBUG)
+        log.debug("LiRA shadow (seed %d) trained in %.1f s", seed, time.perf_counter() - t0)
+        return model
 
     return train

@@ -134,3 +134,22 @@ def test_shadow_pairs_split_every_user_and_unscorable_days_are_left_out():
     rep = lira_report(rng.normal(size=len(days)), rng.normal(size=m.shape), m, cands,
                       n_boot=20)
     assert rep.extra["n_unscored"] == 1  # the single day has no OUT shadow
+
+
+def test_shadow_models_train_quietly(caplog):
+    """Measured defect: `evaluate --attacks` logged every round of every LiRA shadow (16
+    `round i/4` lines for 4 shadows) at INFO; a shadow's rounds now log at DEBUG."""
+    import logging
+    import types
+
+    from models.attacks.target import shadow_trainer
+    from tests.models._toy import tiny_config, toy_data
+
+    caplog.set_level(logging.INFO)
+    run = types.SimpleNamespace(config=tiny_config(rounds=2), blocks=1)
+    shadow_trainer(run)(toy_data(n_users=3, days=3), seed=1)
+    assert not [r for r in caplog.records if r.getMessage().startswith("round ")]
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="models.train")
+    shadow_trainer(run)(toy_data(n_users=3, days=3), seed=1)
+    assert len([r for r in caplog.records if r.getMessage().startswith("round ")]) == 2
