@@ -78,7 +78,6 @@ def run_all(argv: list[str]) -> int:
                 mod.add_args(parser)
 
     args = harness.build_parser("run", add_all_args).parse_args(argv)
-    harness.apply_verbose(args)
     try:
         cfg = harness.load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -95,9 +94,8 @@ def run_all(argv: list[str]) -> int:
             if not stage_enabled(name, cfg):
                 print(f"trajpriv run: {name} disabled in config, skipped")
                 continue
-            run_id = harness.new_run_id(name)
-            figures = harness.execute(name, mod.run, cfg, args, spark, run_id)
-            harness.print_outcome(name, mod.run, figures, run_id, args)
+            figures = harness.execute(name, mod.run, cfg, args, spark)
+            print(f"trajpriv {name}: ok {harness.summarise(harness.public_view(mod.run, figures))}")
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {current}: error: {exc}", file=sys.stderr)
@@ -148,7 +146,7 @@ def run_sql(argv: list[str]) -> int:
     parser.add_argument("-f", "--file", help="a script of statements separated by ;")
     parser.add_argument("--format", choices=FORMATS, default="table",
                         help="table (default), csv or json (one array of rows per statement)")
-    parser.add_argument("--config", default=str(harness.DEFAULT_CONFIG),
+    parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
                         help="YAML config (default: the project's conf/default.yaml)")
     harness.add_overrides(parser)
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
@@ -192,7 +190,7 @@ def run_sql(argv: list[str]) -> int:
     if args.no_server or _spark_in_this_process():
         return _sql_here(args, cfg, statements)
     try:
-        client.ensure_server(root, str(Path(args.config).resolve()), args.overrides,
+        client.ensure_server(root, str(Path(str(args.config)).resolve()), args.overrides,
                              client.idle_timeout(args.idle_timeout))
         reply = client.request(root, {"op": "query", "statements": [s.text for s in statements],
                                       "trusted": args.trusted, "limit": args.limit})
@@ -282,7 +280,7 @@ def _print_results(args: argparse.Namespace, statements, reply: dict) -> int:
 def run_budget(argv: list[str]) -> int:
     """Privacy spent and remaining per budget window (distribution; per user with --trusted)."""
     parser = argparse.ArgumentParser(prog="trajpriv budget")
-    parser.add_argument("--config", default=str(harness.DEFAULT_CONFIG),
+    parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
                         help="YAML config (default: the project's conf/default.yaml)")
     harness.add_overrides(parser)
     parser.add_argument("--trusted", action="store_true",
