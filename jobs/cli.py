@@ -78,6 +78,7 @@ def run_all(argv: list[str]) -> int:
                 mod.add_args(parser)
 
     args = harness.build_parser("run", add_all_args).parse_args(argv)
+    harness.apply_verbose(args)
     try:
         cfg = harness.load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -94,8 +95,9 @@ def run_all(argv: list[str]) -> int:
             if not stage_enabled(name, cfg):
                 print(f"trajpriv run: {name} disabled in config, skipped")
                 continue
-            figures = harness.execute(name, mod.run, cfg, args, spark)
-            print(f"trajpriv {name}: ok {harness.summarise(harness.public_view(mod.run, figures))}")
+            run_id = harness.new_run_id(name)
+            figures = harness.execute(name, mod.run, cfg, args, spark, run_id)
+            harness.print_outcome(name, mod.run, figures, run_id, args)
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {current}: error: {exc}", file=sys.stderr)

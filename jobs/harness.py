@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import errno
 import logging
+import os
 import re
 import secrets
 import sys
@@ -21,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.closing import closing_lines
 from jobs.config import Config, load_config, packaged_config
+from jobs.progress import spark_progress
 from jobs.run_folder import write_trusted_figures
 from udfs.errors import ConfigError, TrajprivError
 
@@ -75,9 +78,20 @@ def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.Argumen
                         help="YAML config file (default: the project's conf/default.yaml)")
     add_overrides(parser)
     parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="Spark's INFO log and trajpriv's DEBUG lines (default: WARN and INFO)")
     if add_args is not None:
         add_args(parser)
     return parser
+
+
+def apply_verbose(args: argparse.Namespace) -> None:
+    """`--verbose`: Spark's INFO lines (TRAJPRIV_VERBOSE, read by jobs.spark.session before the
+    JVM starts) and trajpriv's own DEBUG lines (a LiRA shadow's rounds, per-table figures)."""
+    if getattr(args, "verbose", False):
+        os.environ["TRAJPRIV_VERBOSE"] = "1"
+        for name in ("trajpriv", "jobs", "models"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
 
 
 def configure_logging() -> None:
@@ -174,7 +188,8 @@ def execute(
     status = "failed"
     try:
         finish_interrupted_ingests(spark, cfg, ctx)
-        result = fn(spark, cfg, ctx) or {}
+        with spark_progress(spark, stage):  # the stage's own phases report in more detail
+            result = fn(spark, cfg, ctx) or {}
         ctx.figures.update(result)
         status = "ok"
         return ctx.figures
@@ -239,6 +254,7 @@ def main(
     configure_logging()
     parser = build_parser(stage, add_args)
     args = parser.parse_args(argv)
+    apply_verbose(args)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -249,8 +265,9 @@ def main(
     spark = None
     try:
         spark = get_spark(cfg)
-        figures = execute(stage, fn, cfg, args, spark, args.run_id)
-        print(f"trajpriv {stage}: ok {summarise(public_view(fn, figures))}")
+        run_id = args.run_id or new_run_id(stage)
+        figures = execute(stage, fn, cfg, args, spark, run_id)
+        print_outcome(stage, fn, figures, run_id, args)
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {stage}: error: {exc}", file=sys.stderr)
@@ -266,6 +283,19 @@ def main(
         return EXIT_FAILURE
     finally:
         stop_spark(spark)
+
+
+def print_outcome(stage: str, fn: StageFn, figures: dict[str, Any], run_id: str,
+                  args: argparse.Namespace) -> None:
+    """The `ok` line and the closing summary (tables written, epsilon, next command) on
+    stdout, from the public figures only: Airflow shows stdout where its users read it."""
+    public = public_view(fn, figures)
+    print(f"trajpriv {stage}: ok {summarise(public)}")
+    config = getattr(args, "config", None)
+    custom = config is not None and str(config) != str(DEFAULT_CONFIG)
+    for line in closing_lines(stage, public, run_id, str(config) if custom else None):
+        print(f"  {line}")
+    sys.stdout.flush()
 
 
 def summarise(figures: dict[str, Any]) -> str:
