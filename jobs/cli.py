@@ -90,6 +90,7 @@ def run_all(argv: list[str]) -> int:
     current = "session"
     try:
         spark = get_spark(cfg)
+        last = [name for name in present if stage_enabled(name, cfg)][-1:]
         for name, mod in present.items():
             current = name
             if not stage_enabled(name, cfg):
@@ -97,7 +98,8 @@ def run_all(argv: list[str]) -> int:
                 continue
             run_id = harness.new_run_id(name)
             figures = harness.execute(name, mod.run, cfg, args, spark, run_id)
-            harness.print_outcome(name, mod.run, figures, run_id, args)
+            # the next stage runs anyway: "next:" only after the last one
+            harness.print_outcome(name, mod.run, figures, run_id, args, [name] == last)
         return 0
     except TrajprivError as exc:
         print(f"trajpriv {current}: error: {exc}", file=sys.stderr)

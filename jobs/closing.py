@@ -81,11 +81,13 @@ def closing_lines(stage: str, public: dict[str, Any], run_id: str,
             lines.append(f"wrote {out.name}: {public[out.rows]:,} rows")
         else:
             uncounted.append(out.name)
-    if uncounted:
-        lines.append("wrote " + ", ".join(uncounted)
-                     + (" (row counts are trusted: in the run folder)"
-                        if any(n.startswith(T.RAW_DB) or n.startswith(T.TRUSTED_DB)
-                               for n in uncounted) else ""))
+    private = [n for n in uncounted if n.startswith((T.RAW_DB + ".", T.TRUSTED_DB + "."))]
+    public_names = [n for n in uncounted if n not in private]
+    if public_names:
+        lines.append("wrote " + ", ".join(public_names))
+    if private:
+        lines.append("wrote " + ", ".join(private) + " (not published: their row counts stay "
+                     "in the run folder)")
     lines += epsilon_lines(stage, public)
     suffix = f" --config {config}" if config else ""
     if spec.query:

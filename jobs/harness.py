@@ -286,7 +286,7 @@ def main(
 
 
 def print_outcome(stage: str, fn: StageFn, figures: dict[str, Any], run_id: str,
-                  args: argparse.Namespace) -> None:
+                  args: argparse.Namespace, show_next: bool = True) -> None:
     """The `ok` line and the closing summary (tables written, epsilon, next command) on
     stdout, from the public figures only: Airflow shows stdout where its users read it."""
     public = public_view(fn, figures)
@@ -294,7 +294,8 @@ def print_outcome(stage: str, fn: StageFn, figures: dict[str, Any], run_id: str,
     config = getattr(args, "config", None)
     custom = config is not None and str(config) != str(DEFAULT_CONFIG)
     for line in closing_lines(stage, public, run_id, str(config) if custom else None):
-        print(f"  {line}")
+        if show_next or not line.startswith("next: "):
+            print(f"  {line}")
     sys.stdout.flush()
 
 

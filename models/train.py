@@ -638,7 +638,9 @@ def train_loop(run: _Run, last: int, save=None, on_round=None,
             rec = run.one_round()
         except BudgetExceededError as exc:
             run.stopped = str(exc)
-            log.warning("round %d: stopping, %s", run.round, exc)
+            # a shadow's stop repeats its target's (same recipe): DEBUG with its rounds
+            log.log(logging.WARNING if round_log_level >= logging.INFO else logging.DEBUG,
+                    "round %d: stopping, %s", run.round, exc)
             break
         run.history.append(rec)
         run.round += 1

@@ -172,7 +172,7 @@ def test_raw_counts_never_reach_the_summary():
     for secret in ("987", "45,678", "45678", "3,456", "3456"):
         assert secret not in text
     assert "wrote trajpriv_pub.locations: 30 rows" in lines
-    assert "trajpriv_raw.points" in text and "trusted" in text
+    assert "trajpriv_raw.points" in text and "not published" in text
     assert "--config" not in text  # the default config is not repeated
 
 
@@ -234,3 +234,23 @@ def test_verbose_is_an_option_of_every_stage(monkeypatch):
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_the_harness_prints_the_summary_after_the_ok_line(capsys):
+    """Only public figures reach stdout; `trajpriv run` leaves out `next:` between stages."""
+    import argparse
+
+    from jobs import harness
+    from jobs.collect import stage as collect
+
+    figures = {"dataset": "d", "mechanism": "atp", "epsilon": 2.5, "release_id": "r1",
+               "trajectories_released": 12, "epsilon_spent": 30.0, "users": 777,
+               "refused": {"window_exhausted": 5}}
+    args = argparse.Namespace(config=str(harness.DEFAULT_CONFIG))
+    harness.print_outcome("collect", collect.run, figures, "collect-1", args)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("trajpriv collect: ok ") and "777" not in "".join(out)
+    assert out[1] == "  wrote trajpriv_pub.perturbed_trajectories: 12 rows"
+    assert out[-1] == "  next: trajpriv train"
+    harness.print_outcome("collect", collect.run, figures, "collect-1", args, show_next=False)
+    assert not [line for line in capsys.readouterr().out.splitlines() if "next:" in line]

@@ -149,6 +149,10 @@ def test_shadow_models_train_quietly(caplog):
     run = types.SimpleNamespace(config=tiny_config(rounds=2), blocks=1)
     shadow_trainer(run)(toy_data(n_users=3, days=3), seed=1)
     assert not [r for r in caplog.records if r.getMessage().startswith("round ")]
+    # a shadow stopped by the budget (its target was, same recipe): no WARNING per shadow
+    stopped = types.SimpleNamespace(config=tiny_config(rounds=3, target_epsilon=800.0), blocks=1)
+    assert shadow_trainer(stopped)(toy_data(n_users=3, days=3), seed=1).stopped_reason
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
     caplog.clear()
     caplog.set_level(logging.DEBUG, logger="models.train")
     shadow_trainer(run)(toy_data(n_users=3, days=3), seed=1)
