@@ -1,0 +1,157 @@
+"""The kernel's speed work must not change one output: pinned digests and an old-code oracle.
+
+Why: the releases are reproducible (a trajectory's noise is a function of its stream key), so a
+faster kernel must give bit-identical outputs for every key, mechanism, combiner and epsilon.
+`DIGESTS` were computed with the code before the issue-17 speed work (commit 920a15e) on a
+fixed input: 400 locations (ten of them duplicates of others, so nearest-location queries
+tie; a few far away, like the Shanghai file's), 300 trajectories of 1-8 points. The oracle
+test keeps that commit's `combine` (the medoid combiners) verbatim as the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from udfs.collect import perturb, perturb_padded
+from udfs.space import LocationSpace
+from udfs.streams import keys_from
+from udfs.tp import _midpoint, combine
+
+EPSILONS = (1.0, 4.0, 10.0)
+CASES = [("atp", c) for c in ("medoid", "copy_medoid", "paper", "midpoint")] + [
+    ("tp", c) for c in ("medoid", "copy_medoid", "paper", "midpoint")] + [
+    ("exp", "medoid"), ("uniform", "medoid")]
+
+DIGESTS = {
+    ('atp', 'medoid', 1.0): 'd806b8399e6e18c1',
+    ('atp', 'medoid', 4.0): '7492a91c5808d07b',
+    ('atp', 'medoid', 10.0): '4d4e592d50fa991f',
+    ('atp', 'copy_medoid', 1.0): '9932fdcefaf0c504',
+    ('atp', 'copy_medoid', 4.0): '772217c5ed75167b',
+    ('atp', 'copy_medoid', 10.0): '5f12fe233aef239b',
+    ('atp', 'paper', 1.0): 'dc59619462be0da3',
+    ('atp', 'paper', 4.0): 'f953cbb805d1791c',
+    ('atp', 'paper', 10.0): '4e011aa3b971d7d8',
+    ('atp', 'midpoint', 1.0): 'f008d048f426a7e2',
+    ('atp', 'midpoint', 4.0): '0a988e0f0fed80cc',
+    ('atp', 'midpoint', 10.0): '1f5ad70206aff2fc',
+    ('tp', 'medoid', 1.0): '838ecf47f9d7fda4',
+    ('tp', 'medoid', 4.0): '0f13113cd7c651c1',
+    ('tp', 'medoid', 10.0): '130142ee07957545',
+    ('tp', 'copy_medoid', 1.0): '4f6110f71c3ee57a',
+    ('tp', 'copy_medoid', 4.0): '1de774d3beb3a0ef',
+    ('tp', 'copy_medoid', 10.0): '6836ce13f6a24bc6',
+    ('tp', 'paper', 1.0): '5d22f09d2759f461',
+    ('tp', 'paper', 4.0): '309373c3192e037f',
+    ('tp', 'paper', 10.0): 'b99c2c4a2a7619d7',
+    ('tp', 'midpoint', 1.0): '1ee443719f698b8b',
+    ('tp', 'midpoint', 4.0): '3bf437ace57176c1',
+    ('tp', 'midpoint', 10.0): '778fa4aca149dabf',
+    ('exp', 'medoid', 1.0): 'e7cfe6384c781209',
+    ('exp', 'medoid', 4.0): '386332d86696c0a2',
+    ('exp', 'medoid', 10.0): 'd29114d2887bb80c',
+    ('uniform', 'medoid', 1.0): '003061cae64a4bad',
+    ('uniform', 'medoid', 4.0): '003061cae64a4bad',
+    ('uniform', 'medoid', 10.0): '003061cae64a4bad',
+}
+
+
+@pytest.fixture(scope="module")
+def tie_space() -> LocationSpace:
+    rng = np.random.default_rng(11)
+    lat = 31.0 + rng.random(400) * 0.8
+    lon = 121.0 + rng.random(400) * 0.9
+    lat[390:], lon[390:] = lat[:10], lon[:10]  # duplicates: exact ties in nearest queries
+    lat[380:385], lon[380:385] = 39.9 + rng.random(5), 116.3 + rng.random(5)  # far away
+    return LocationSpace.from_latlon(lat, lon)
+
+
+def _walks(space: LocationSpace, n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        length = int(rng.integers(1, 9))
+        if i % 3 == 0:  # anywhere in P
+            out.append(rng.integers(0, space.n, length))
+            continue
+        cur = [int(rng.integers(0, space.n))]
+        for _ in range(length - 1):
+            cur.append(int(space.order[cur[-1], rng.integers(1, 15)]))
+        out.append(np.array(cur, dtype=np.int64))
+    return out
+
+
+def _digest(space, mech, combiner, eps) -> str:
+    trajs = _walks(space, 300, 5)
+    keys = keys_from(np.random.default_rng(3), len(trajs))
+    out = perturb(trajs, space, eps, mech, keys, combiner=combiner)
+    return hashlib.sha256(np.concatenate(out).astype("<i8").tobytes()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("mech,combiner", CASES)
+def test_outputs_match_the_pre_speedup_digests(tie_space, mech, combiner):
+    got = {eps: _digest(tie_space, mech, combiner, eps) for eps in EPSILONS}
+    assert got == {eps: DIGESTS[(mech, combiner, eps)] for eps in EPSILONS}
+
+
+def test_padded_entry_point_matches_the_list_one(tie_space):
+    trajs = _walks(tie_space, 120, 9)
+    keys = keys_from(np.random.default_rng(4), len(trajs))
+    lens = np.array([len(t) for t in trajs])
+    pad = np.zeros((len(trajs), 8), np.int64)
+    for i, t in enumerate(trajs):
+        pad[i, : len(t)] = t
+    for mech in ("atp", "tp"):
+        flat = perturb_padded(pad, lens, tie_space, 4.0, mech, keys)
+        listed = perturb(trajs, tie_space, 4.0, mech, keys)
+        assert all(np.array_equal(flat[i, :n], o) for i, (n, o) in
+                   enumerate(zip(lens, listed, strict=True)))
+
+
+def _combine_920a15e(a, b, space, how, lens):
+    """`udfs.tp.combine` of commit 920a15e ("medoid" / "copy_medoid"), kept as the oracle."""
+    valid = np.arange(a.shape[1])[None, :] < np.asarray(lens)[:, None]
+    rows, cols = np.nonzero(valid)
+    outputs = np.concatenate([a, b], axis=1)
+    both = np.concatenate([valid, valid], axis=1)
+    width = outputs.shape[1]
+    p_idx, q_idx = np.triu_indices(width, 1)
+    r, e = np.nonzero(both[:, p_idx] & both[:, q_idx])
+    p, q = p_idx[e], q_idx[e]
+    d = space.dist[outputs[r, p], outputs[r, q]]
+    sums = (np.bincount(r * width + p, weights=d, minlength=outputs.size)
+            + np.bincount(r * width + q, weights=d, minlength=outputs.size))
+    av, bv = a[rows, cols], b[rows, cols]
+    candidates = [av, bv]
+    cost = [sums[rows * width + cols], sums[rows * width + a.shape[1] + cols]]
+    if how == "medoid":
+        mid = av.copy()
+        apart = np.flatnonzero(av != bv)
+        mid[apart] = _midpoint(av[apart], bv[apart], space)
+        candidates.append(mid)
+        pt, j = np.nonzero(both[rows])
+        theirs = outputs[rows[pt], j]
+        cost.append(np.bincount(pt, weights=space.dist[mid[pt], theirs], minlength=rows.size))
+    cost = np.stack(cost)
+    out = a.copy()
+    out[rows, cols] = np.stack(candidates)[np.argmin(cost, axis=0), np.arange(rows.size)]
+    return out
+
+
+@pytest.mark.parametrize("how", ["medoid", "copy_medoid"])
+def test_combine_matches_the_old_code(tie_space, how):
+    rng = np.random.default_rng(21)
+    n_rows, width = 500, 8
+    lens = rng.integers(1, width + 1, n_rows)
+    a = rng.integers(0, tie_space.n, (n_rows, width))
+    b = np.where(rng.random((n_rows, width)) < 0.2, a, rng.integers(0, tie_space.n,
+                                                                   (n_rows, width)))
+    b[:50] = np.where(a[:50] < 10, a[:50] + 390, b[:50])  # duplicates: equal costs, ties
+    a[50:60, 3:] = 7  # padding of any value is left alone
+    for w in (width, 5):
+        ln = np.minimum(lens, w)
+        assert np.array_equal(combine(a[:, :w], b[:, :w], tie_space, how, ln),
+                              _combine_920a15e(a[:, :w], b[:, :w], tie_space, how, ln))
