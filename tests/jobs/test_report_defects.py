@@ -113,6 +113,16 @@ def test_epsilon_in_numeric_order_and_one_colour_per_method(tmp_path: Path) -> N
     assert atp == [1.0, 4.0, 10.0]
 
 
+def test_epsilon_ticks_never_print_over_each_other() -> None:
+    """Seen in the 1400 px screenshot: a model trained to epsilon 9.8 put a 9.8 tick on the 10
+    tick ("1θ"). Of two ticks closer than MIN_TICK_RATIO, the shorter label stays."""
+    from jobs.report.figures import epsilon_ticks
+
+    assert epsilon_ticks([1.0, 2.5, 4.0, 9.8, 10.0]) == [1.0, 2.5, 4.0, 10.0]
+    assert epsilon_ticks([10.0, 1.0, 4.0]) == [1.0, 4.0, 10.0]
+    assert epsilon_ticks([0.5, 0.55, 7.73]) == [0.5, 7.73]
+
+
 def test_attacks_hint_only_when_there_are_no_attack_figures(tmp_path: Path) -> None:
     filled, _ = _render(tmp_path / "a", evaluation=_evaluation(with_attacks=True))
     empty, _ = _render(tmp_path / "b")
