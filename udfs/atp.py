@@ -126,7 +126,7 @@ def perturb_region(space, traj, anchor, eps_a, eps_r, rng, calibrated=True, lens
     a_hat = em_sample(space, anchor, c, st.at(copy_site(parity, ANCHOR)))
     sw_st = st.at(copy_site(parity, RADIUS))
     dr = space.row_max[a_hat]
-    dd = space.dist[a_hat[:, None], traj]
+    dd = space.pair_dist(a_hat[:, None], traj)
     if lens is not None:
         dd = np.where(np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None], dd, 0.0)
     rmax = dd.max(axis=1).astype(np.float64)

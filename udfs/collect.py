@@ -12,6 +12,8 @@ per-length pass). An int / SeedSequence / Generator seed draws the keys from a g
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from udfs.atp import ATP
@@ -72,26 +74,32 @@ def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
     )
 
 
-def _validate(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]:
-    """Fast path: int arrays checked in bulk; anything odd goes to :func:`_validate_slow`, which
-    raises the error of the first bad trajectory (same messages, same order)."""
-    if max_len is None or (isinstance(max_len, int | np.integer) and not isinstance(max_len, bool)
-                           and max_len >= 1):
-        out = []
-        for t in trajectories:
-            a = t if isinstance(t, np.ndarray) else np.asarray(t)
-            if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
-                break
-            out.append(a.astype(np.int64, copy=False))
-        else:
-            if not out:
-                return out
-            cat = np.concatenate(out)
-            longest = max(map(len, out))
-            if (cat.min() >= 0 and cat.max() < n_loc
-                    and (max_len is None or longest <= max_len)):
-                return out
-    return _validate_slow(trajectories, n_loc, max_len)
+def _validate(trajectories, n_loc: int, max_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(all points as one int64 array, lengths) of valid trajectories; anything odd goes to
+    :func:`_validate_slow`, which raises the error of the first bad trajectory (same messages,
+    same order). numpy int arrays (what every caller passes) are checked in one pass over
+    their concatenation, without a numpy call per trajectory."""
+    if max_len is not None and not (isinstance(max_len, int | np.integer)
+                                    and not isinstance(max_len, bool) and max_len >= 1):
+        _validate_slow(trajectories, n_loc, max_len)  # raises on max_len
+    trajs = trajectories if isinstance(trajectories, list) else list(trajectories)
+    if not trajs:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if set(map(type, trajs)) == {np.ndarray}:
+        arrays = trajs
+    else:  # lists and other sequences: one conversion each (as np.asarray would)
+        arrays = [t if type(t) is np.ndarray else np.asarray(t) for t in trajs]
+    if (set(map(attrgetter("ndim"), arrays)) == {1}
+            and {dt.kind for dt in set(map(attrgetter("dtype"), arrays))} <= {"i", "u"}):
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        if lengths.min() >= 1 and (max_len is None or lengths.max() <= max_len):
+            # unsafe cast per array, as astype(np.int64): a huge uint64 id wraps negative and
+            # fails the range test below like it does in _validate_slow
+            cat = np.concatenate(arrays, dtype=np.int64, casting="unsafe")
+            if cat.min() >= 0 and cat.max() < n_loc:
+                return cat, lengths
+    out = _validate_slow(trajs, n_loc, max_len)
+    return np.concatenate(out), np.fromiter(map(len, out), dtype=np.int64, count=len(out))
 
 
 def _validate_slow(trajectories, n_loc: int, max_len: int | None) -> list[np.ndarray]:
@@ -212,19 +220,21 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
     """
     mech = make_mechanism(space, epsilon, mechanism, granularity=granularity, r_dir=r_dir,
                           calibrated=calibrated, combiner=combiner, single_point=single_point)
-    trajs = _validate(trajectories, space.n, max_len)
+    points, lengths = _validate(trajectories, space.n, max_len)
     out: list[np.ndarray] = []
-    if trajs:
-        lengths = np.fromiter(map(len, trajs), dtype=np.int64, count=len(trajs))
-        pad = np.zeros((len(trajs), int(lengths.max())), np.int64)  # (N, L), row i valid < n_i
-        pad[np.arange(pad.shape[1])[None, :] < lengths[:, None]] = np.concatenate(trajs)
+    if lengths.size:
+        valid = np.arange(int(lengths.max()))[None, :] < lengths[:, None]
+        pad = np.zeros(valid.shape, np.int64)  # (N, L), row i valid in its first n_i
+        pad[valid] = points
         if getattr(mech, "keyed", False) or _is_keys(seed):
-            res = perturb_keyed(mech, pad, lengths, trajectory_keys(seed, len(trajs)))
+            res = perturb_keyed(mech, pad, lengths, trajectory_keys(seed, lengths.size))
         else:  # a mechanism without streams, seeded as a whole: one generator for the call
             res = mech.perturb_batch(pad, lengths, rng=as_generator(seed))
-        out = [r[:n] for r, n in zip(res, lengths.tolist(), strict=True)]
+        flat = res[valid]  # row after row: slices of it are the trajectories
+        ends = np.cumsum(lengths)
+        out = [flat[s:e] for s, e in zip((ends - lengths).tolist(), ends.tolist(), strict=True)]
     if return_budget:
         records: dict[int, BudgetRecord] = {}
-        recs = [records.setdefault(t.size, mech.record(t.size)) for t in trajs]
+        recs = [records.setdefault(n, mech.record(n)) for n in lengths.tolist()]
         return out, recs
     return out

@@ -48,6 +48,7 @@ EXPLICIT = 60_000  # draw index (udfs.streams) of a row's explicit inverse-CDF u
 _CHUNK_ELEMS = 1 << 20  # padded elements per explicit chunk (bounds temporaries to ~30 MB)
 _BIT_CHUNK = 1 << 16  # rows per bitset-rejection chunk (bounds (rows, words) temporaries)
 _BITSET_MAX_BYTES = 256 << 20  # skip bitsets (fall back to lists) for spaces this large
+_LOW_BYTES = np.array([(1 << (8 * j)) - 1 for j in range(1, 9)], np.uint64)  # low 8j bits
 _POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
 _SEL8 = np.array([[[j for j in range(8) if (b >> j) & 1][k] if k < _POP8[b] else 0
                    for k in range(8)] for b in range(256)], np.int64)
@@ -158,28 +159,89 @@ def sector_bits(space: LocationSpace, g: int) -> np.ndarray | None:
     return space.cached(("sector_bits", g), build)
 
 
+def sector_order(space: LocationSpace, g: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(order, start): row p of ``order`` lists P by g-sector seen from p, ids ascending within
+    a sector; sector d of row p is ``order[p, start[p, d]:start[p, d + 1]]``. So the k-th
+    smallest id of a sector (what a bitset select of that sector returns) is one look-up.
+    g = 12 is ``space.sector_order`` itself; other g are built once (a stable sort of
+    sector12 // (12 / g), radix for int8) and cached on the space (|P| = 3,042: 18.5 MB).
+    None when it would exceed ``_BITSET_MAX_BYTES``."""
+    n, k = space.n, 12 // g
+    if n * n * space.sector_order.itemsize > _BITSET_MAX_BYTES:
+        return None
+    start = space.sector_start[:, ::k]  # g-sector d = 12-sectors d k .. (d + 1) k - 1
+    if g == 12:
+        return space.sector_order, start
+
+    def build():
+        order = np.empty_like(space.sector_order)
+        for s in range(0, n, 512):
+            order[s:s + 512] = np.argsort(space.sector12[s:s + 512] // k, axis=1, kind="stable")
+        return order, np.ascontiguousarray(start)
+
+    return space.cached(("sector_order", g), build)
+
+
+def _one_sector_stage(space, true, c, st: Stream, d: Domains, g: int, rows, out, tries):
+    """The rejection of :func:`_bitset_stage` for ``rows`` with one sector constraint (prev or
+    next, not both) and base B = all of P (no exact region bitset): S0 is that sector, whose
+    size and k-th smallest id come from :func:`sector_order` without building a bitset; an
+    empty sector means level 2, all of P (the k-th id is k). The same proposals, draws and
+    acceptance as the bitset path, so the same output. Returns the rows still pending."""
+    order, start = sector_order(space, g)
+    hp = d.has_prev[rows]
+    pv = np.where(hp, d.prev_pivot[rows], d.next_pivot[rows])
+    sec = np.where(hp, d.prev_sector[rows], d.next_sector[rows])
+    lo = start[pv, sec].astype(np.int64)
+    size = start[pv, sec + 1].astype(np.int64) - lo
+    empty = size == 0
+    tot = np.where(empty, space.n, size)
+    flat_order = order.reshape(-1)
+    idx = np.arange(rows.size)
+    for t in range(tries):
+        if idx.size == 0:
+            break
+        rw = rows[idx]
+        k = st.integers(2 * t, tot[idx], rw)
+        r = np.where(empty[idx], k,
+                     np.take(flat_order, pv[idx] * space.n + lo[idx] + k, mode="clip"))
+        r = r.astype(np.int64)
+        e = st.exponential(2 * t + 1, rw)
+        ok = _accept(space, true, c, rw, r, e)
+        check = np.flatnonzero(ok)
+        if check.size and d.region_anchor is not None:
+            ok[check] = _region_ok(space, d, rw[check], r[check])
+        out[rw[ok]] = r[ok]
+        idx = idx[~ok]
+    return rows[idx]
+
+
 def _select_rows(x, rowcum, pc, rows, k) -> np.ndarray:
     """Bit index of the k-th set bit (0-based) of bitset row ``rows[i]`` of ``x`` (rows, W)
-    '<u8' words; ``rowcum`` is the row-wise inclusive cumsum of the word popcounts ``pc``.
-    Word by counting the row's cumsums <= k (W compares, contiguous), then byte and bit by
-    the byte popcount / select tables; the same bit as a scan of the row."""
-    word = np.count_nonzero(rowcum[rows] <= k.astype(rowcum.dtype)[:, None], axis=1)
+    '<u8' words (``rows`` None: every row, in order); ``rowcum`` is the row-wise inclusive
+    cumsum of the word popcounts ``pc``. Word by counting the row's cumsums <= k (W compares,
+    contiguous), then byte and bit by the byte popcount / select tables; the same bit as a
+    scan of the row."""
+    if rows is None:
+        word = np.count_nonzero(rowcum <= k.astype(rowcum.dtype)[:, None], axis=1)
+        rows = np.arange(k.size)
+    else:
+        word = np.count_nonzero(rowcum[rows] <= k.astype(rowcum.dtype)[:, None], axis=1)
     kk = k - (rowcum[rows, word] - pc[rows, word])  # rank within the word
-    # '<u8' words: byte j of the little-endian layout holds bits 8j..8j+7 on any machine
-    by = x.view(np.uint8).reshape(x.shape[0], -1, 8)[rows, word].astype(np.intp)  # (m, 8)
-    bpc = _POP8[by]
-    bcum = np.cumsum(bpc, axis=1)
-    bi = (bcum <= kk[:, None]).sum(1)
-    ar = np.arange(k.size)
-    kb = kk - (bcum[ar, bi] - bpc[ar, bi])
-    return word * 64 + bi * 8 + _SEL8[by[ar, bi], kb]
+    wv = np.take(x.reshape(-1), rows * x.shape[1] + word)  # the word itself, one take
+    # set bits of the word's low 8, 16, .., 64 bits: the byte whose count first exceeds kk
+    bcum = np.bitwise_count(wv[:, None] & _LOW_BYTES)  # (m, 8), non-decreasing
+    bi = np.count_nonzero(bcum <= kk[:, None].astype(np.uint8), axis=1)
+    below = np.where(bi > 0, bcum[np.arange(k.size), np.maximum(bi - 1, 0)], 0)
+    byte = ((wv >> (8 * bi).astype(np.uint64)) & np.uint64(0xFF)).astype(np.intp)
+    return word * 64 + bi * 8 + _SEL8[byte, kk - below]
 
 
 def _region_ok(space, d: Domains, rows, r) -> np.ndarray:
     if d.region_anchor is None:
         return np.ones(r.shape, bool)
     a = d.region_anchor[rows]
-    return (space.dist[a, r] <= d.region_radius[rows]) | (r == a)
+    return (space.pair_dist(a, r) <= d.region_radius[rows]) | (r == a)
 
 
 def _full_words(n: int) -> np.ndarray:
@@ -243,6 +305,12 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
     pending_all = []
     g = (bits.shape[0] - 1) // space.n
     none = bits.shape[0] - 1  # the all-of-P row
+    one = d.has_prev[rows] ^ d.has_next[rows]
+    if d.region_anchor is not None and d.region_id is not None and d.region_size is not None:
+        one &= ~(10 * d.region_size[rows] < 9 * space.n)  # region_bits' exact rows keep bits
+    if one.any() and sector_order(space, g) is not None:
+        pending_all.append(_one_sector_stage(space, true, c, st, d, g, rows[one], out, tries))
+        rows = rows[~one]
     for s in range(0, rows.size, _BIT_CHUNK):
         sel = rows[s:s + _BIT_CHUNK]
         rwords, ridx = region_bits(space, d, sel)  # per chunk: bounded memory
@@ -250,16 +318,16 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
         hp, hn = d.has_prev[sel], d.has_next[sel]
         # np.take along axis 0: the same rows as bits[idx], without fancy indexing's overhead
         prev = np.take(bits, np.where(hp, d.prev_pivot[sel] * g + d.prev_sector[sel], none), 0)
-        x = np.take(bits, np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none), 0)
-        x &= prev
         ex = np.flatnonzero(exact)  # the other rows' base is all of P: nothing to AND
         if ex.size:
-            x[ex] &= np.take(rwords, ridx[ex], 0)
+            prev[ex] &= np.take(rwords, ridx[ex], 0)  # prev is now S1 = B ∩ sector(prev)
+        x = np.take(bits, np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none), 0)
+        x &= prev  # S0
         pc = np.bitwise_count(x)
         tot = pc.sum(axis=1, dtype=np.int64)
         lv1 = np.flatnonzero((tot == 0) & hp)
         if lv1.size:
-            x[lv1] = np.take(rwords, ridx[lv1], 0) & prev[lv1]
+            x[lv1] = prev[lv1]
             pc[lv1] = np.bitwise_count(x[lv1])
             tot[lv1] = pc[lv1].sum(axis=1, dtype=np.int64)
         lv2 = np.flatnonzero(tot == 0)
@@ -275,7 +343,7 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
                 break
             rw = sel[idx]
             k = st.integers(2 * t, tot[idx], rw)
-            r = _select_rows(x, rowcum, pc, idx, k)
+            r = _select_rows(x, rowcum, pc, idx if idx.size < sel.size else None, k)
             e = st.exponential(2 * t + 1, rw)
             ok = _accept(space, true, c, rw, r, e)
             check = np.flatnonzero(ok & ~exact[idx])
@@ -295,7 +363,7 @@ def _accept(space, true, c, rows, r, e) -> np.ndarray:
     rest = np.flatnonzero(~sure)
     if rest.size:
         rr = rows[rest]
-        ok[rest] = c[rr] * space.dist[true[rr], r[rest]].astype(np.float64) <= e[rest]
+        ok[rest] = c[rr] * space.pair_dist(true[rr], r[rest]).astype(np.float64) <= e[rest]
     return ok
 
 
@@ -304,7 +372,7 @@ def _member(space, d: Domains, r, level: int):
     if d.region_anchor is not None:
         a = d.region_anchor.reshape(d.region_anchor.shape + (1,) * (r.ndim - 1))
         rad = d.region_radius.reshape(a.shape)
-        ok &= (space.dist[a, r] <= rad) | (r == a)
+        ok &= (space.pair_dist(a, r) <= rad) | (r == a)
     if level <= 1 and d.prev_pivot is not None:
         sh = d.prev_pivot.shape + (1,) * (r.ndim - 1)
         k = d.k.reshape(sh) if isinstance(d.k, np.ndarray) else d.k

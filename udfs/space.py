@@ -185,6 +185,12 @@ class LocationSpace:
     def __setstate__(self, state):
         self.__dict__.update(state)
 
+    def pair_dist(self, a, b) -> np.ndarray:
+        """float32 D[a, b] (broadcast shapes) by one take from the flat matrix: the same values
+        as ``dist[a, b]``, about 3x faster than 2-D fancy indexing on a hot path."""
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        return np.take(self.dist.reshape(-1), a * self.n + b)
+
     def distance_km(self, a, b) -> np.ndarray:
         """Haversine km between location ids a and b (float64 of the stored float32)."""
         return self.dist[np.asarray(a), np.asarray(b)].astype(np.float64)
@@ -201,6 +207,7 @@ def row_count_le(space: LocationSpace, rows: np.ndarray, radius: np.ndarray) -> 
     radius = np.asarray(radius, dtype=np.float64)
     if rows.size * space.n <= (1 << 16):  # small batch: one comparison pass beats the search
         return np.count_nonzero(space.dist[rows] <= radius[:, None], axis=1).astype(np.int64)
+    flat_d, flat_o, base = space.dist.reshape(-1), space.order.reshape(-1), rows * space.n
     lo = np.zeros(rows.shape, dtype=np.int64)  # invariant: answer in [lo, hi]
     hi = np.full(rows.shape, space.n, dtype=np.int64)
     for _ in range(max(1, math.ceil(math.log2(space.n + 1)) + 1)):
@@ -209,7 +216,7 @@ def row_count_le(space: LocationSpace, rows: np.ndarray, radius: np.ndarray) -> 
             break
         mid = (lo + hi) // 2
         midc = np.minimum(mid, space.n - 1)
-        d = space.dist[rows, space.order[rows, midc]]
+        d = np.take(flat_d, base + np.take(flat_o, base + midc))  # dist[r, order[r, mid]]
         le = d <= radius
         lo = np.where(active & le, mid + 1, lo)
         hi = np.where(active & ~le, mid, hi)
