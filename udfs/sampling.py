@@ -21,6 +21,9 @@ Two stages, both exact:
      bit picked from word popcounts and a byte select table. The stage ANDs region and sector
      bitsets level by level and targets the first level whose bitset is non-empty: an empty
      bitset proves its level empty, so the fallback chain is decided exactly in O(|P|/64).
+     Rows with one sector constraint and base P (or a region too big for an exact bitset)
+     skip the bitsets (:func:`_one_sector_stage`): their level-0 set is one sector, whose
+     size and k-th smallest id are look-ups in :func:`sector_order`; the same proposal.
    - other rows (:func:`_list_stage`): the smallest superset list (``order`` prefix or
      ``sector_order`` slice).
    Each row tries at most ``TRIES`` times (a rule of the row alone: no row's draws or
@@ -124,10 +127,11 @@ def region_sizes(space: LocationSpace, anchor, radius) -> np.ndarray:
 
 def _gather(space, mat, key, pos):
     if mat.ndim == 1:  # rejection stage: gather each row from its own matrix only
-        out = space.order[key, pos].astype(np.int64)
+        flat = key * space.n + pos  # flat takes: the rows' entries without 2-D fancy indexing
+        out = np.take(space.order.reshape(-1), flat).astype(np.int64)
         s = np.flatnonzero(mat)
         if s.size:
-            out[s] = space.sector_order[key[s], pos[s]]
+            out[s] = np.take(space.sector_order.reshape(-1), flat[s])
         return out
     return np.where(mat == 0, space.order[key, pos], space.sector_order[key, pos]).astype(np.int64)
 

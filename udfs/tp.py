@@ -116,8 +116,9 @@ def perturb_copy_batch(space: LocationSpace, traj: np.ndarray, lens: np.ndarray,
         first[inv[::-1]] = np.arange(lens.size)[::-1]
         p_true = np.array([KRR(int(g[i]), float(eps_dir[i])).p_true if eps_dir[i] > 0 else 1.0
                            for i in first])[inv[nr]]
-        s_prev = space.sector12[prev_piv, true].astype(np.int64) // k
-        s_next = space.sector12[next_piv, true].astype(np.int64) // k
+        sec12 = space.sector12.reshape(-1)
+        s_prev = np.take(sec12, prev_piv * space.n + true).astype(np.int64) // k
+        s_next = np.take(sec12, next_piv * space.n + true).astype(np.int64) // k
         sp_, sn_ = st.at(copy_site(parity, DIR_PREV), nc, nr), st.at(copy_site(parity, DIR_NEXT),
                                                                       nc, nr)
         prev_sec = np.where(has_prev, krr_from_uniforms(s_prev, gk, p_true, sp_.uniform(0),

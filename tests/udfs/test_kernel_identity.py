@@ -155,3 +155,30 @@ def test_combine_matches_the_old_code(tie_space, how):
         ln = np.minimum(lens, w)
         assert np.array_equal(combine(a[:, :w], b[:, :w], tie_space, how, ln),
                               _combine_920a15e(a[:, :w], b[:, :w], tie_space, how, ln))
+
+
+@pytest.mark.parametrize("g", [2, 4, 6, 12])
+def test_sector_order_lists_each_sector_by_ascending_id(grid_space, g):
+    from udfs.sampling import sector_order
+
+    order, start = sector_order(grid_space, g)
+    sec = grid_space.sector12 // (12 // g)
+    for p in range(grid_space.n):
+        for d in range(g):
+            got = order[p, start[p, d]:start[p, d + 1]]
+            assert got.tolist() == np.flatnonzero(sec[p] == d).tolist()
+
+
+def test_bulk_validation_keeps_the_first_bad_trajectory_error(grid_space):
+    from udfs.errors import InvalidTrajectoryError
+
+    good = [np.array([1, 2]), [3, 4]]
+    cases = [([np.array([1, 99]), np.array([], int)], "trajectory 0 has location id 99"),
+             ([*good, np.array([], int)], "trajectory 2 is empty"),
+             ([*good, np.array([[1, 2]])], "trajectory 2 has shape"),
+             ([*good, np.array([2 ** 64 - 1], np.uint64)], "trajectory 2 has location id -1"),
+             ([*good, np.array([True])], "trajectory 2 holds non-integer")]
+    for trajs, msg in cases:
+        with pytest.raises(InvalidTrajectoryError, match=msg):
+            perturb(trajs, grid_space, 1.0, "atp", 0)
+    assert [len(t) for t in perturb(iter(good), grid_space, 1.0, "atp", 0)] == [2, 2]
