@@ -50,6 +50,9 @@ EXPLICIT = 60_000  # draw index (udfs.streams) of a row's explicit inverse-CDF u
 
 _CHUNK_ELEMS = 1 << 20  # padded elements per explicit chunk (bounds temporaries to ~30 MB)
 _BIT_CHUNK = 1 << 16  # rows per bitset-rejection chunk (bounds (rows, words) temporaries)
+# rows with one sector constraint below which they stay in the bitset loop: a second tries
+# loop costs more numpy calls than it saves on a small call (same output either way)
+_ONE_SECTOR_MIN = 2048
 _BITSET_MAX_BYTES = 256 << 20  # skip bitsets (fall back to lists) for spaces this large
 _LOW_BYTES = np.array([(1 << (8 * j)) - 1 for j in range(1, 9)], np.uint64)  # low 8j bits
 _POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
@@ -312,7 +315,7 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
     one = d.has_prev[rows] ^ d.has_next[rows]
     if d.region_anchor is not None and d.region_id is not None and d.region_size is not None:
         one &= ~(10 * d.region_size[rows] < 9 * space.n)  # region_bits' exact rows keep bits
-    if one.any() and sector_order(space, g) is not None:
+    if np.count_nonzero(one) >= _ONE_SECTOR_MIN and sector_order(space, g) is not None:
         pending_all.append(_one_sector_stage(space, true, c, st, d, g, rows[one], out, tries))
         rows = rows[~one]
     for s in range(0, rows.size, _BIT_CHUNK):

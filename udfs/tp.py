@@ -220,60 +220,97 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
     if how == "midpoint":
         return _midpoint(a, b, space)
     lens = np.full(a.shape[0], a.shape[1]) if lens is None else np.asarray(lens, np.int64)
+    valid = np.arange(a.shape[1])[None, :] < lens[:, None]
     out = a.copy()
     mids = None
     if how == "medoid":
         # snapped midpoints of every real point in one KD-tree query (a == b: a itself)
-        valid = np.arange(a.shape[1])[None, :] < lens[:, None]
         rows, cols = np.nonzero(valid)
         av, bv = a[rows, cols], b[rows, cols]
         mid = av.copy()
         apart = np.flatnonzero(av != bv)
         mid[apart] = _midpoint(av[apart], bv[apart], space)
-        mids = a.copy()
+        mids = np.zeros(a.shape, np.int64)
         mids[rows, cols] = mid
-    flat = space.dist.reshape(-1)  # flat takes: several times faster than dist[x, y]
-    for n in np.flatnonzero(np.bincount(lens)).tolist():  # one pass per length: no padding
-        if n == 0:
-            continue
-        rows = np.flatnonzero(lens == n)
-        # transposed (point, row) layout: every step below is a contiguous row operation
-        outs_t = np.concatenate([a[rows, :n], b[rows, :n]], axis=1).T  # (2n, m): a_0.., b_0..
-        cost = _output_totals(outs_t, flat, space.n)
-        best, least = outs_t[:n], cost[:n]  # a wins ties, then b, then the midpoint
-        for cand, c in ((outs_t[n:], cost[n:]),) + (
-                () if mids is None else ((mids[rows, :n].T, None),)):
-            if c is None:  # the midpoints' totals: sequential sum over a_0.., b_0..
-                d = np.take(flat, cand[None, :, :] * space.n + outs_t[:, None, :])  # (2n, n, m)
-                c = np.zeros(cand.shape)
-                for j in range(2 * n):
-                    c += d[j]
-            win = c < least
-            best, least = np.where(win, cand, best), np.where(win, c, least)
-        out[rows, :n] = best.T
+    if a.shape[0] < _COMBINE_SMALL:  # few rows: fewer numpy calls, the same floats
+        return _medoid_pairs(a, b, valid, mids, space, out)
+    for s in range(0, a.shape[0], _COMBINE_CHUNK):  # bounded temporaries
+        r = slice(s, s + _COMBINE_CHUNK)
+        best = _medoid_rows(a[r], b[r], valid[r], None if mids is None else mids[r], space)
+        out[r] = np.where(valid[r], best, out[r])
     return out
 
 
-def _output_totals(outs_t: np.ndarray, flat: np.ndarray, n_loc: int) -> np.ndarray:
-    """(w, m) total distance of each output of a row (``outs_t``: (w, m), a row per column) to
-    the row's other outputs, float64.
+_COMBINE_CHUNK = 8192  # trajectories per combine pass: (2L)^2 / 2 float64 per row in flight
+_COMBINE_SMALL = 128  # below this many trajectories, :func:`_medoid_pairs`
 
-    Each pair (p < q) reads D[o_p, o_q] once; the total of output x is (sum over q > x of
-    D[x, q], q ascending) + (sum over p < x of D[p, x], p ascending), each a sequential float64
-    sum from 0, so a total is the same float whatever the batch: the floats `combine` always
-    computed (two sequential bincounts over the pairs in (p, q) order, then their sum).
+
+def _medoid_pairs(a, b, valid, mids, space: LocationSpace, out) -> np.ndarray:
+    """The medoid choice of :func:`_medoid_rows` (same totals, same floats) over the list of
+    real pairs: one bincount per side, a constant number of numpy calls (small calls)."""
+    rows, cols = np.nonzero(valid)
+    outputs = np.concatenate([a, b], axis=1)  # (N, 2L): both copies' outputs of each row
+    both = np.concatenate([valid, valid], axis=1)
+    width = outputs.shape[1]
+    p_idx, q_idx = np.triu_indices(width, 1)
+    r, e = np.nonzero(both[:, p_idx] & both[:, q_idx])
+    p, q = p_idx[e], q_idx[e]
+    d = space.pair_dist(outputs[r, p], outputs[r, q])
+    sums = (np.bincount(r * width + p, weights=d, minlength=outputs.size)
+            + np.bincount(r * width + q, weights=d, minlength=outputs.size))
+    candidates = [a[rows, cols], b[rows, cols]]
+    cost = [sums[rows * width + cols], sums[rows * width + a.shape[1] + cols]]
+    if mids is not None:
+        mid = mids[rows, cols]
+        candidates.append(mid)
+        pt, j = np.nonzero(both[rows])  # (point, output) pairs of its trajectory, in order
+        cost.append(np.bincount(pt, weights=space.pair_dist(mid[pt], outputs[rows[pt], j]),
+                                minlength=rows.size))
+    out[rows, cols] = np.stack(candidates)[np.argmin(np.stack(cost), axis=0),
+                                           np.arange(rows.size)]
+    return out
+
+
+def _medoid_rows(a, b, valid, mids, space: LocationSpace) -> np.ndarray:
+    """The medoid choice for (m, L) copies (``mids``: snapped midpoints, or None for
+    "copy_medoid"), in a transposed (output, row) layout where every step is a contiguous row
+    operation, a fixed number of numpy calls per pass whatever the lengths.
+
+    A candidate's total is the distance to every real output of its row in the order the
+    first version (two bincounts over the pairs of the padded (a, b) layout) summed them:
+    pairs (p < q) of that layout, D[o_p, o_q] read once; output x's total is (sum over q > x,
+    q ascending) + (sum over p < x, p ascending), a midpoint's the sum over the outputs in
+    order, each a sequential float64 sum from 0. Padding adds exact zeros (t + 0.0 == t), so
+    the totals are the same floats and the choice (first of equals: a, then b, then the
+    midpoint) is the same.
     """
-    w, m = outs_t.shape
-    p, q = np.triu_indices(w, 1)
-    d = np.take(flat, outs_t[p] * n_loc + outs_t[q]).astype(np.float64)  # (pairs, m)
-    upper = np.zeros((w, m))  # upper[x]: sum over q > x
-    lower = np.zeros((w, m))  # lower[x]: sum over p < x
-    first = np.concatenate([[0], np.cumsum(np.arange(w - 1, 0, -1))])  # pair (x, x+1)
-    for j in range(1, w):  # pairs (x, j), x < j: one more term of each upper[x]
+    flat = space.dist.reshape(-1)  # flat takes: several times faster than dist[x, y]
+    n_loc, width = space.n, 2 * a.shape[1]
+    vm = np.concatenate([valid, valid], axis=1).T  # (2L, m)
+    outs = np.where(vm, np.concatenate([a, b], axis=1).T, 0)  # padding reads D[0, 0]
+    p, q = np.triu_indices(width, 1)
+    d = np.where(vm[p] & vm[q], np.take(flat, outs[p] * n_loc + outs[q]), 0.0)  # (pairs, m)
+    upper = np.zeros(outs.shape)  # upper[x]: sum over q > x
+    lower = np.zeros(outs.shape)  # lower[x]: sum over p < x
+    first = np.concatenate([[0], np.cumsum(np.arange(width - 1, 0, -1))])  # pair (x, x + 1)
+    for j in range(1, width):  # pairs (x, j), x < j: one more term of each upper[x]
         upper[:j] += d[first[:j] + j - np.arange(j) - 1]
-    for x in range(w - 1):  # pairs (x, q), q > x: one more term of each lower[q]
-        lower[x + 1:] += d[first[x]:first[x] + w - 1 - x]
-    return upper + lower
+    for x in range(width - 1):  # pairs (x, q), q > x: one more term of each lower[q]
+        lower[x + 1:] += d[first[x]:first[x] + width - 1 - x]
+    cost = upper + lower
+    half = a.shape[1]
+    best, least = outs[:half], cost[:half]
+    win = cost[half:] < least
+    best, least = np.where(win, outs[half:], best), np.where(win, cost[half:], least)
+    if mids is not None:
+        m = mids.T  # (L, m)
+        dm = np.take(flat, m[None, :, :] * n_loc + outs[:, None, :])  # (2L, L, m)
+        total = np.zeros(m.shape)
+        for j in range(width):  # sequential over the outputs a_0.., b_0.. (real ones)
+            total += np.where(vm[j], dm[j], 0.0)
+        win = total < least
+        best = np.where(win, m, best)
+    return best.T
 
 
 def _midpoint(a: np.ndarray, b: np.ndarray, space: LocationSpace) -> np.ndarray:

@@ -91,8 +91,25 @@ def _digest(space, mech, combiner, eps) -> str:
     return hashlib.sha256(np.concatenate(out).astype("<i8").tobytes()).hexdigest()[:16]
 
 
+# size thresholds that pick between equivalent code paths: "small" forces the small-call
+# paths, "large" the batch paths (one-sector stage, chunked transposed combine)
+PATHS = {"small": {"_ONE_SECTOR_MIN": 10**9, "_COMBINE_SMALL": 10**9},
+         "large": {"_ONE_SECTOR_MIN": 0, "_COMBINE_SMALL": 0, "_COMBINE_CHUNK": 37}}
+
+
+def _force(monkeypatch, path: str) -> None:
+    import udfs.sampling
+    import udfs.tp
+
+    for name, value in PATHS[path].items():
+        mod = udfs.sampling if hasattr(udfs.sampling, name) else udfs.tp
+        monkeypatch.setattr(mod, name, value)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("mech,combiner", CASES)
-def test_outputs_match_the_pre_speedup_digests(tie_space, mech, combiner):
+def test_outputs_match_the_pre_speedup_digests(tie_space, mech, combiner, path, monkeypatch):
+    _force(monkeypatch, path)
     got = {eps: _digest(tie_space, mech, combiner, eps) for eps in EPSILONS}
     assert got == {eps: DIGESTS[(mech, combiner, eps)] for eps in EPSILONS}
 
@@ -141,8 +158,10 @@ def _combine_920a15e(a, b, space, how, lens):
     return out
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("how", ["medoid", "copy_medoid"])
-def test_combine_matches_the_old_code(tie_space, how):
+def test_combine_matches_the_old_code(tie_space, how, path, monkeypatch):
+    _force(monkeypatch, path)
     rng = np.random.default_rng(21)
     n_rows, width = 500, 8
     lens = rng.integers(1, width + 1, n_rows)
