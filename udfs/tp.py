@@ -351,6 +351,7 @@ class TP(RecordedMechanism):
         (TP/ATP paper), Theorem 4.1; McSherry-Talwar 2007 (EM); Kairouz et al. 2014 (k-RR).
     Runtime: one vectorised pass over all trajectories of a call (any lengths, padded).
         Non-pivots propose uniformly from bitsets region ∩ sector(prev) ∩ sector(next)
+        (with one constraint and no exact region: a look-up in a per-g sector order)
         (O(|P|/64) words per row; empty levels of the fallback chain are detected in the same
         pass); pivots are O(1) expected table look-ups; rows whose rejection stage fails use
         an explicit inverse CDF over the smallest candidate list. bench/bench_ldp.py.
