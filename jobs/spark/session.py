@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -226,7 +227,7 @@ def acquire_root(root: Path, evict_sql_server: bool = True) -> None:
         except BlockingIOError:
             if not (evict_sql_server and _stop_sql_server(root)):
                 raise
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _take_released_lock(fd, EVICTED_LOCK_WAIT_S)
     except BlockingIOError:
         holder = _read_holder(fd)
         os.close(fd)
@@ -240,6 +241,28 @@ def acquire_root(root: Path, evict_sql_server: bool = True) -> None:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n".encode())
     _held_locks[root] = fd
+
+
+#: How long a stage waits for the lock of a sql server it has just stopped. Its pid can read as
+#: gone (the thread-group leader a zombie) while its other threads still hold the open files:
+#: the kernel drops the flock only when the last thread has exited (seen at load 8).
+EVICTED_LOCK_WAIT_S = 60.0
+
+
+def _take_released_lock(fd: int, wait_s: float) -> None:
+    """flock(fd) as soon as the stopped holder's last thread lets it go; BlockingIOError if it
+    is still held after `wait_s` (then held by someone else, which the caller reports)."""
+    import fcntl
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _stop_sql_server(root: Path) -> bool:

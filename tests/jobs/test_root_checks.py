@@ -88,3 +88,40 @@ def test_the_rewrite_matches_the_old_prefix_literally():
     assert "LIKE 'file:/a!_b!%c/it''s/%' ESCAPE '!'" in sql
     assert "'file:/n%20ew/' || SUBSTR(LOCATION, 18)" in sql
     assert sql.count("UPDATE") == 3 and "commit;" in sql
+
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()  # hold until told, then exit (the kernel drops the lock)
+"""
+
+
+def test_a_stage_waits_for_the_lock_of_the_sql_server_it_stopped(tmp_path, monkeypatch):
+    """Measured in a full suite at load 8: the stopped server's pid read as gone while the lock
+    was still held (its last threads were exiting), and the stage failed with "data root ...
+    is in use". The lock is now taken as soon as it is released."""
+    from jobs.spark import session
+
+    lock = tmp_path / session.ROOT_LOCK
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+
+        def stop(root):  # the server "stopped": its lock goes a moment later, not at once
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            return True
+
+        monkeypatch.setattr(session, "_stop_sql_server", stop)
+        session.acquire_root(tmp_path)
+        assert tmp_path in session._held_locks
+    finally:
+        holder.kill()
+        holder.communicate()  # reaps it and closes its pipes
+        fd = session._held_locks.pop(tmp_path, None)
+        if fd is not None:
+            os.close(fd)
