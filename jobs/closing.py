@@ -29,7 +29,7 @@ class Written:
 class Closing:
     written: tuple[Written, ...]
     query: str | None = None  # a command that shows the result
-    next: str | None = None  # the next stage
+    next: tuple[str, ...] = ()  # the next stage(s): alternatives, said with "or"
 
 
 _PUB_COUNT = ('trajpriv sql "SELECT mechanism, epsilon, count(*) AS trajectories FROM '
@@ -39,29 +39,29 @@ _SYNTH_COUNT = ('trajpriv sql "SELECT model, epsilon, count(*) AS days FROM '
 
 STAGES: dict[str, Closing] = {
     "datagen": Closing((Written("output", path=True), Written(T.LOCATIONS, "stations")),
-                       next="trajpriv ingest"),
+                       next=("trajpriv ingest",)),
     "ingest": Closing((Written(T.POINTS), Written(T.TRAJECTORIES), Written(T.SLOT_DAYS),
                        Written(T.QUARANTINE), Written(T.LOCATIONS, "locations")),
                       query=f'trajpriv sql "SELECT count(*) AS locations FROM {T.LOCATIONS}"',
-                      next="trajpriv study, trajpriv collect or trajpriv train"),
+                      next=("trajpriv study", "trajpriv collect", "trajpriv train")),
     "study": Closing((Written(T.STUDY_PERTURBED), Written(T.EVALUATION)),
                      query=f'trajpriv sql --trusted "SELECT method, setting, metric, value FROM '
                            f'{T.EVALUATION} WHERE run_id = \'{{run_id}}\'"',
-                     next="trajpriv collect"),
+                     next=("trajpriv collect",)),
     "collect": Closing((Written(T.PERTURBED_TRAJECTORIES, "trajectories_released"),
                         Written(T.RELEASES), Written(T.PRIVACY_LEDGER)),
-                       query=_PUB_COUNT, next="trajpriv train"),
+                       query=_PUB_COUNT, next=("trajpriv train",)),
     "train": Closing((Written("artefacts", path=True), Written(T.SLOT_DAYS_SPLIT),
                       Written(T.PRIVACY_LEDGER)),
-                     query="trajpriv budget", next="trajpriv synthesize"),
+                     query="trajpriv budget", next=("trajpriv synthesize",)),
     "synthesize": Closing((Written(T.SYNTHETIC_TRAJECTORIES, "days"),),
-                          query=_SYNTH_COUNT, next="trajpriv evaluate"),
+                          query=_SYNTH_COUNT, next=("trajpriv evaluate",)),
     "evaluate": Closing((Written(T.EVALUATION, "rows"),),
                         query=f'trajpriv sql --trusted "SELECT method, setting, metric, value '
                               f'FROM {T.EVALUATION} WHERE run_id = \'{{run_id}}\'"',
-                        next="trajpriv report"),
+                        next=("trajpriv report",)),
     "report": Closing((Written("report", path=True), Written("figures_json", path=True)),
-                      next="open the report in a browser"),
+                      next=("open the report in a browser",)),
 }
 
 
@@ -93,8 +93,7 @@ def closing_lines(stage: str, public: dict[str, Any], run_id: str,
     if spec.query:
         lines.append("query: " + _with_config(spec.query.format(run_id=run_id), suffix))
     if spec.next:
-        nxt = " or ".join(f"{c}{suffix}" if c.startswith("trajpriv") else c
-                          for c in spec.next.split(" or "))
+        nxt = " or ".join(f"{c}{suffix}" if c.startswith("trajpriv") else c for c in spec.next)
         lines.append(f"next: {nxt}")
     return lines
 

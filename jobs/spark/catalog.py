@@ -133,10 +133,9 @@ def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
         location.rename(aside)
         log.warning("table %s: its folder %s held files but no catalog entry (a first write "
                     "that was interrupted); moved aside to %s", table, location, aside)
-    if isinstance(table, Table):  # the catalogue's column comments, for DESCRIBE
+    if isinstance(table, Table):  # its comments, for DESCRIBE (layout_of checked the columns)
         notes = table.comments()
-        df = df.select(*[F.col(c).alias(c, metadata={"comment": notes[c]}) if c in notes
-                         else F.col(c) for c in df.columns])
+        df = df.select(*[F.col(c).alias(c, metadata={"comment": notes[c]}) for c in df.columns])
     writer = df.write.format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)

@@ -16,6 +16,7 @@ deadline; both daemons (and the executor they started) are killed by process gro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -74,10 +75,8 @@ def _stop(proc: subprocess.Popen) -> None:
     flags = os.WEXITED | os.WNOHANG | os.WNOWAIT  # has it exited? (without reaping it)
     while os.waitid(os.P_PID, proc.pid, flags) is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=30)
 
 

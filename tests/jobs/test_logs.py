@@ -254,3 +254,14 @@ def test_the_harness_prints_the_summary_after_the_ok_line(capsys):
     assert out[-1] == "  next: trajpriv train"
     harness.print_outcome("collect", collect.run, figures, "collect-1", args, show_next=False)
     assert not [line for line in capsys.readouterr().out.splitlines() if "next:" in line]
+
+
+def test_every_next_command_repeats_a_custom_config():
+    """Found in review: after ingest, `next: trajpriv study, trajpriv collect --config X or ...`
+    gave `--config` to collect and train only; every alternative now carries it."""
+    from jobs.closing import closing_lines
+
+    lines = closing_lines("ingest", {}, "ingest-1", "/etc/t.yaml")
+    nxt = [ln for ln in lines if ln.startswith("next: ")]
+    assert nxt == ["next: trajpriv study --config /etc/t.yaml or trajpriv collect --config "
+                   "/etc/t.yaml or trajpriv train --config /etc/t.yaml"]
