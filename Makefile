@@ -26,7 +26,7 @@ run: $(STAMP)
 # on JVM starts and subprocesses, and a file's module fixtures (a trained baseline, a reference
 # collection) are then built once, not once per worker.
 test: $(STAMP) browser postgres-deps airflow-venv
-	$(VPY) -m pytest -q -n 3 --dist loadfile
+	$(VPY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
 browser:

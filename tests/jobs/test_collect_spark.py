@@ -28,7 +28,7 @@ from jobs.spark.catalog import write_table
 from udfs import collect_kernel as K
 from udfs import metrics as M
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DATASET = "collect_test"
 N_LOC = 30

@@ -18,6 +18,8 @@ import pytest
 
 from jobs.sql import client
 
+pytestmark = pytest.mark.slow  # a server JVM and stage subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ["spark.master=local[1]", "spark.conf.spark.sql.shuffle.partitions=1",
             "spark.conf.spark.driver.memory=1g"]

@@ -36,7 +36,7 @@ from udfs.faults import COLLECT_CRASH_POINTS as CRASH_POINTS
 from udfs.faults import CRASH_AT, InjectedCrash
 from udfs.space import LocationSpace
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 N_LOC = 20
 EPS, BUDGET = 2.5, 10.0  # 4 trajectories per user and week
