@@ -24,10 +24,11 @@ One naming scheme, `TRAJPRIV_FAULT_<NAME>`; `SEAMS` lists them all (README, "Tes
   it runs, no `finally`), or with `:raise` an `InjectedCrash` (a BaseException no handler
   catches) for in-process tests that rerun in the same session. The durable state is the same
   either way: the writes before the point committed, none after it began.
-- `TRAJPRIV_FAULT_KILL_FIRST_WRITE=<folder>` (`jobs.spark.catalog.create_table` before its
-  CTAS, `on_first_write`): writes the table's files into its location, as a CTAS does before
-  it registers the table, then SIGKILLs the process; once per table (a marker per table in
-  the folder), so reruns pass each table's first write in turn.
+- `TRAJPRIV_FAULT_KILL_FIRST_WRITE=<folder>[:raise]` (`jobs.spark.catalog.create_table` before
+  its CTAS, `on_first_write`): writes the table's files into its location, as a CTAS does
+  before it registers the table, then SIGKILLs the process (or with `:raise` an
+  `InjectedCrash`, as for `CRASH_AT`); once per table (a marker per table in the folder), so
+  reruns pass each table's first write in turn.
 - `TRAJPRIV_FAULT_TRAIN=<rank>:<round>[:exit|:hold]` (a training rank before that round, i.e.
   after the previous round's checkpoint, `train_hook`): raises a RuntimeError (default), exits
   hard with status 3 (`exit`) or stalls `HOLD_S` seconds (`hold`: a test can then kill the run
@@ -71,7 +72,8 @@ SEAMS: dict[str, Seam] = {
         "SIGKILL of the own process, or `:raise` an InjectedCrash"),
     "kill_first_write": Seam(
         "TRAJPRIV_FAULT_KILL_FIRST_WRITE", "catalog.create_table, before the CTAS",
-        "writes the table's files, then SIGKILLs the process; once per table"),
+        "writes the table's files, then SIGKILLs the process (`:raise` an InjectedCrash); "
+        "once per table"),
     "train": Seam(
         "TRAJPRIV_FAULT_TRAIN", "training rank, before a round",
         "raise, `exit` hard (status 3) or `hold` HOLD_S seconds"),
@@ -190,9 +192,15 @@ def ingest_written(table: str) -> None:
 def on_first_write(table: str, write_files: Callable[[], Any]) -> None:
     """Called by `jobs.spark.catalog.create_table` before its CTAS; a no-op unless a test set
     TRAJPRIV_FAULT_KILL_FIRST_WRITE. `write_files()` writes what the CTAS would write."""
-    folder = os.environ.get(KILL_FIRST_WRITE)
-    if folder and _create_once(os.path.join(folder, table)):
+    wanted = os.environ.get(KILL_FIRST_WRITE)
+    if not wanted:
+        return
+    raises = wanted.endswith(":raise")
+    folder = wanted.removesuffix(":raise")
+    if _create_once(os.path.join(folder, table)):
         write_files()
+        if raises:
+            raise InjectedCrash(f"first write of {table}")
         _kill_self()
 
 

@@ -111,29 +111,36 @@ def _snapshot(spark) -> dict:
 
 def _session(conf: str, steps: str, out: str) -> None:
     """(subprocess) Run `steps` in one session: raw, A, B (collections), snap (a snapshot)."""
+    from jobs.config import load_config
+    from jobs.spark.session import get_spark
+
+    spark = get_spark(load_config(conf))
+    try:
+        results = _run_steps(spark, conf, steps)
+    finally:
+        spark.stop()
+    Path(out).write_bytes(pickle.dumps(results))
+
+
+def _run_steps(spark, conf: str, steps: str) -> dict:
+    """(subprocess) `steps` in `spark`: raw, A, B (collections), snap* (a snapshot)."""
     import argparse
 
     from jobs.collect import stage as C
     from jobs.config import load_config
     from jobs.harness import execute
-    from jobs.spark.session import get_spark
 
-    base = load_config(conf)
-    spark = get_spark(base)
     results: dict = {}
-    try:
-        for step in steps.split(","):
-            if step == "raw":
-                _write_raw(spark)
-            elif step in ("A", "B"):
-                cfg = load_config(conf, FIRST if step == "A" else SECOND)
-                results[step] = execute("collect", C.run, cfg, argparse.Namespace(fresh=False),
-                                        spark, f"collect-{step}")
-            else:
-                results[step] = _snapshot(spark)
-    finally:
-        spark.stop()
-    Path(out).write_bytes(pickle.dumps(results))
+    for step in steps.split(","):
+        if step == "raw":
+            _write_raw(spark)
+        elif step in ("A", "B"):
+            cfg = load_config(conf, FIRST if step == "A" else SECOND)
+            results[step] = execute("collect", C.run, cfg, argparse.Namespace(fresh=False),
+                                    spark, f"collect-{step}")
+        else:
+            results[step] = _snapshot(spark)
+    return results
 
 
 # ----------------------------------------------------------------------------- test side
