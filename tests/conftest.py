@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,42 @@ import pytest
 # than it saves. C1 only and the serial collector halve a session's start-plus-small-write on
 # this 2-core machine (measured 41-49 s -> 24 s at load 3.5). Tests only: a real job keeps the
 # JVM's defaults. spark-submit's launcher reads SPARK_SUBMIT_OPTS (prints nothing, unlike
-# JAVA_TOOL_OPTIONS, so the tests of one-line error output are unaffected); set it to override.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# JAVA_TOOL_OPTIONS, so the tests of one-line error output are unaffected); set it to override
+# (which also turns off the class archive below).
+JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_USER_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS")
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTS)
+
+
+_ARCHIVE_FOLDER = pytest.StashKey[Path]()
+_JVM_MARKERS = ("spark", "airflow", "slow")
+
+
+def _use_jvm_archive(config: pytest.Config) -> None:
+    """A class-data-sharing archive of Spark's JVM for the rest of the session
+    (tests/jvm_archive.py: about half of each JVM start), unless SPARK_SUBMIT_OPTS was set by
+    whoever runs the suite. Subprocesses and xdist workers inherit it through the environment."""
+    if _USER_JVM_OPTS is not None or _ARCHIVE_FOLDER in config.stash:
+        return
+    from tests import jvm_archive
+
+    folder = Path(tempfile.mkdtemp(prefix="trajpriv-jvm-"))
+    config.stash[_ARCHIVE_FOLDER] = folder
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_archive.options(JVM_OPTS,
+                                                          jvm_archive.build(folder, JVM_OPTS))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist, the controlling process builds it before the workers start.
+    if (config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")
+            and not config.option.collectonly):
+        _use_jvm_archive(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_ARCHIVE_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,6 +69,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slow_file[path] = slow_file.get(path, False) or item.get_closest_marker("slow") is not None
     items.sort(key=lambda item: (not slow_file[item.nodeid.split("::", 1)[0]],
                                  first_index[item.nodeid.split("::", 1)[0]]))
+    # A serial run builds the JVM archive when it will start a JVM at all.
+    if (not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly
+            and any(item.get_closest_marker(m) for item in items for m in _JVM_MARKERS)):
+        _use_jvm_archive(config)
 
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -1,0 +1,71 @@
+"""A class-data-sharing archive of Spark's JVM for the test suite (tests only; jobs untouched).
+
+Why: the suite starts about a hundred JVMs (the shared sessions, every stage subprocess,
+spark-submit under Airflow), each on kilobytes of data, and the machine is CPU-bound while it
+runs. Most of a start is loading and verifying the same ~20,000 classes of Spark, Hive and Derby.
+Java 17 can dump the classes one run loaded into an archive (`-XX:ArchiveClassesAtExit`) that
+later JVMs map instead of loading (`-XX:SharedArchiveFile`): a session's start plus a small
+write went from 32-38 s to 18-20 s wall at load 3 on this 2-core machine.
+
+The archive is built once per test session, before any worker starts, by one small session
+(start, a table write, an Arrow round trip through a pandas UDF). A JVM whose class path or
+options do not match the archive (another checkout's `.venv`, a standalone worker) ignores it;
+`-Xlog:cds=off,cds+dynamic=off` keeps that from printing a warning into a job's output, which
+tests of one-line error messages read. If the build fails, the suite runs without it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the archive's JVM runs: the classes of a session's start, a catalog write, a read and
+# an Arrow-batched Python UDF, which nearly every JVM of the suite loads.
+_WARM_UP = """
+import sys
+import pandas as pd
+from jobs.config import load_config
+from jobs.spark.catalog import write_table
+from jobs.spark.session import get_spark, stop_spark
+
+cfg = load_config(None, ["storage.root=" + sys.argv[1], "spark.master=local[2]",
+                         "spark.conf.spark.sql.shuffle.partitions=2",
+                         "spark.conf.spark.driver.memory=1g"])
+spark = get_spark(cfg)
+df = spark.createDataFrame(pd.DataFrame({"dataset": ["x"], "loc_id": [1], "lat": [31.2],
+                                         "lon": [121.4]}))
+write_table(df, "trajpriv_pub.locations", partition_by=["dataset"], replace={"dataset": "x"})
+spark.table("trajpriv_pub.locations").mapInPandas(lambda it: it, df.schema).toPandas()
+stop_spark(spark)
+"""
+
+QUIET = "-Xlog:cds=off,cds+dynamic=off"
+
+
+def build(folder: Path, jvm_opts: str, timeout_s: float = 600) -> Path | None:
+    """Dump the archive into `folder` with a JVM run under `jvm_opts`; its path, or None (and
+    the reason on stderr) when Java could not write one."""
+    archive = folder / "spark-classes.jsa"
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_opts} -XX:ArchiveClassesAtExit={archive}",
+           "PYTHONPATH": str(ROOT)}
+    try:
+        proc = subprocess.run([sys.executable, "-c", _WARM_UP, str(folder / "root")], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"tests: no JVM class archive ({exc}); JVMs start without one", file=sys.stderr)
+        return None
+    if proc.returncode != 0 or not archive.is_file():
+        print(f"tests: no JVM class archive (exit {proc.returncode}): {proc.stderr[-500:]}",
+              file=sys.stderr)
+        return None
+    return archive
+
+
+def options(jvm_opts: str, archive: Path | None) -> str:
+    """`jvm_opts` plus the archive (and the switch that keeps a mismatch quiet)."""
+    return f"{jvm_opts} -XX:SharedArchiveFile={archive} {QUIET}" if archive else jvm_opts
