@@ -104,6 +104,7 @@ def test_catalog_round_trip_across_two_processes(tmp_path: Path) -> None:
             "jobs.cli",
             "sql",
             "SELECT sum(v) AS total FROM trajpriv_pub.round_trip",
+            "--no-server",  # the reading process itself, and no warm server left behind
             "--set",
             f"storage.root={root}",
             "--set",
