@@ -61,14 +61,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests first, started the 20-minute DAG run 18 minutes in). A serial run is unaffected in
     substance: the same tests, heavy files first.
     """
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
     first_index: dict[str, int] = {}
-    slow_file: dict[str, bool] = {}
+    slow_file: set[str] = set()
     for index, item in enumerate(items):
-        path = item.nodeid.split("::", 1)[0]
-        first_index.setdefault(path, index)
-        slow_file[path] = slow_file.get(path, False) or item.get_closest_marker("slow") is not None
-    items.sort(key=lambda item: (not slow_file[item.nodeid.split("::", 1)[0]],
-                                 first_index[item.nodeid.split("::", 1)[0]]))
+        first_index.setdefault(file_of(item), index)
+        if item.get_closest_marker("slow") is not None:
+            slow_file.add(file_of(item))
+    items.sort(key=lambda item: (file_of(item) not in slow_file, first_index[file_of(item)]))
     # A serial run builds the JVM archive when it will start a JVM at all.
     if (not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly
             and any(item.get_closest_marker(m) for item in items for m in _JVM_MARKERS)):

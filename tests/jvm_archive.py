@@ -1,6 +1,6 @@
 """A class-data-sharing archive of Spark's JVM for the test suite (tests only; jobs untouched).
 
-Why: the suite starts about a hundred JVMs (the shared sessions, every stage subprocess,
+Why: the suite starts many JVMs (the shared sessions, every stage subprocess,
 spark-submit under Airflow), each on kilobytes of data, and the machine is CPU-bound while it
 runs. Most of a start is loading and verifying the same ~20,000 classes of Spark, Hive and Derby.
 Java 17 can dump the classes one run loaded into an archive (`-XX:ArchiveClassesAtExit`) that

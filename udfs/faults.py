@@ -176,10 +176,15 @@ def crash_point(name: str) -> None:
     if not wanted:
         return
     point, _, how = wanted.partition(":")
-    if point != name:
-        return
-    if how == "raise":
-        raise InjectedCrash(name)
+    if point == name:
+        _crash(how == "raise", name)
+
+
+def _crash(raises: bool, what: str) -> None:
+    """The crash a seam asked for: an `InjectedCrash` (`:raise`, for in-process reruns) or a
+    SIGKILL of this process; the durable state is the same either way."""
+    if raises:
+        raise InjectedCrash(what)
     _kill_self()
 
 
@@ -195,13 +200,9 @@ def on_first_write(table: str, write_files: Callable[[], Any]) -> None:
     wanted = os.environ.get(KILL_FIRST_WRITE)
     if not wanted:
         return
-    raises = wanted.endswith(":raise")
-    folder = wanted.removesuffix(":raise")
-    if _create_once(os.path.join(folder, table)):
+    if _create_once(os.path.join(wanted.removesuffix(":raise"), table)):
         write_files()
-        if raises:
-            raise InjectedCrash(f"first write of {table}")
-        _kill_self()
+        _crash(wanted.endswith(":raise"), f"first write of {table}")
 
 
 # -- training ----------------------------------------------------------------------------------

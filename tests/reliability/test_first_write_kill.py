@@ -59,14 +59,15 @@ def _sweep(conf: str, steps: str, out: str) -> None:
     Path(out).write_bytes(pickle.dumps({"crashes": crashes, "results": results}))
 
 
-def _process(root: Path, env: dict, name: str, entry: str) -> tuple[int, Path, Path]:
-    """(exit code, results pickle, log) of `entry(conf, STEPS, out)` in a subprocess on `root`."""
+def _process(root: Path, env: dict, name: str, module: str, function: str
+             ) -> tuple[int, Path, Path]:
+    """(exit code, results pickle, log) of `module.function(conf, STEPS, out)` in a
+    subprocess on `root`."""
     root.mkdir(parents=True, exist_ok=True)
     conf = root / "conf.yaml"
     conf.write_text(load_config(None, _sets(root, "local[2]")).to_yaml())
     out, log = root / f"{name}.pkl", root / f"{name}.log"
-    code = f"import sys; from {entry.rsplit('.', 1)[0]} import {entry.rsplit('.', 1)[1]} as f; " \
-           "f(*sys.argv[1:])"
+    code = f"import sys; from {module} import {function}; {function}(*sys.argv[1:])"
     with open(log, "w") as fh:
         rc = subprocess.run([sys.executable, "-c", code, str(conf), STEPS, str(out)], cwd=root,
                             env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=LIMIT_S,
@@ -79,12 +80,12 @@ def test_a_kill_during_each_tables_first_write_then_reruns_succeed(tmp_path):
     markers.mkdir()
     # 1. a real SIGKILL at the first table's first write
     rc, _, log = _process(root, _env(TRAJPRIV_FAULT_KILL_FIRST_WRITE=str(markers)), "killed",
-                          "tests.reliability.test_collect_faults._session")
+                          "tests.reliability.test_collect_faults", "_session")
     killed = sorted(p.name for p in markers.iterdir())
     assert rc == -9 and killed == [TABLES[0]], (rc, killed, log.read_text()[-3000:])
     # 2. a new process on that root: a crash at each later table's first write, rerun in place
     rc, out, log = _process(root, _env(TRAJPRIV_FAULT_KILL_FIRST_WRITE=f"{markers}:raise"),
-                            "reruns", "tests.reliability.test_first_write_kill._sweep")
+                            "reruns", "tests.reliability.test_first_write_kill", "_sweep")
     assert rc == 0, log.read_text()[-3000:]
     got = pickle.loads(out.read_bytes())
     assert got["results"] is not None, f"still failing after its reruns; crashed at {got}"
