@@ -65,11 +65,13 @@ def env_freq_days(env: MobilityEnv, real: np.ndarray, n: int, seed: int) -> np.n
 
 
 def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarray,
-            seed: int) -> dict:
+            seed: int, mode: str = "paper", n_days: int | None = None) -> dict:
+    """Train, synthesize `n_days` days (default: as many as `test`) and score them against
+    `test` in `mode` (udfs.mobility: "paper" on the Geolife split, "geo" elsewhere)."""
     t0 = time.perf_counter()
     res = fit(cfg, data)
     secs = time.perf_counter() - t0
-    days = synthesize(res.policy(), env, res.start_probs, len(test),
+    days = synthesize(res.policy(), env, res.start_probs, n_days or len(test),
                       torch.Generator().manual_seed(seed + 1))
     corr = [h["trusted"].get("pilot_corr") for h in res.history[1:]]
     corr = [c for c in corr if c is not None]
@@ -79,7 +81,7 @@ def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarr
             "critic_gap": [h["trusted"].get("critic_gap") for h in res.history],
             "start_jsd": start_jsd(sp, true_starts),
             "starts_off": float(np.isin(days[:, 0], np.flatnonzero(true_starts == 0)).mean()),
-            **jsd_metrics(test, days, data.coords, "paper")}
+            **jsd_metrics(test, days, data.coords, mode)}
 
 
 def geolife_setup(seeds: list[int]):

@@ -19,7 +19,20 @@ load 3 (25 rounds: 3.5 minutes). Prints a table and writes JSON (--out).
 Usage: OMP_NUM_THREADS=1 .venv/bin/python bench/reproduce_synthesis.py [--rounds 50]
        [--seeds 0,1,2] [--epsilons 1,4,10] [--mechanisms laplace,gaussian]
        [--destinations public,learned] [--out results.json]
+
+Telecom-Shanghai scale (`--root ROOT`): a data root on which `trajpriv datagen`, `ingest` and one
+`trajpriv train` ran with conf/telecom_shanghai.yaml (the train stage writes the keyed
+train/held-out split, `trajpriv_raw.slot_days_split`, which this reads from the root's Parquet
+files with pandas: a trusted-zone bench, like the stage). The same rows on the training users'
+days, geo-mode JSD (udfs.mobility, the evaluate stage's metrics) of `--days` synthetic days
+against the held-out days, a real-vs-real floor (`--days` training days against the held-out
+days), and the non-private "environment + real action frequencies" reference. `--schemes`
+picks the learned methods (default pategail; `pategail,pategail++` adds the sensitivity-aware
+scheme with the same mechanism and noise search) and `--pretrain` the critics' pretraining
+steps (free: models/PROOF.md section 1). Models train in this process (models.train.fit, the
+code each TorchDistributor rank runs) so a seed costs minutes, not a JVM and a rank launch.
 """
+
 
 from __future__ import annotations
 
@@ -32,18 +45,65 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.reproduce_pategail import geolife_setup, run_one, summarise  # noqa: E402
+from bench.reproduce_pategail import env_freq_days, geolife_setup, run_one, summarise  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
+from models.data import TrainData  # noqa: E402
+from models.env import SLOTS, MobilityEnv  # noqa: E402
 from models.markov import fit_markov  # noqa: E402
+from models.starts import start_mass  # noqa: E402
 from udfs.mobility import jsd_metrics  # noqa: E402
 
 METRICS = ("dailyloc", "grank", "irank", "distance", "radius", "duration")
 DELTA = 1e-5
+
+
+def _split_days(root: Path, dataset: str, split: str) -> pd.DataFrame:
+    folder = root / "warehouse" / "trajpriv_raw.db" / "slot_days_split" / f"dataset={dataset}"
+    part = folder / f"split={split}"
+    if not part.is_dir():
+        raise SystemExit(f"{part} is missing: run `trajpriv train` on this root first (it writes "
+                         "the train/held-out split)")
+    return pd.read_parquet(part, columns=["user_id", "date", "slots"])
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def telecom_setup(root: Path, dataset: str, n_days: int, seeds: list[int]):
+    """What the Geolife path's `geolife_setup` gives, from a prepared Telecom root: (training
+    data, the floor's real days, held-out days, env, true start distribution, real-vs-real
+    JSDs, uniform random's JSDs per seed). Location ids become rows of the sorted location
+    table, as the train stage's shards do."""
+    loc = pd.read_parquet(root / "warehouse" / "trajpriv_pub.db" / "locations"
+                          / f"dataset={dataset}").sort_values("loc_id")
+    loc_ids = loc.loc_id.to_numpy(np.int64)
+    coords = loc[["lat", "lon"]].to_numpy(np.float64)
+
+    def rows_of(df: pd.DataFrame) -> np.ndarray:
+        return np.searchsorted(loc_ids, np.stack(df.slots.to_numpy()).astype(np.int64))
+
+    train = _split_days(root, dataset, "train").sort_values(["user_id", "date"], kind="stable")
+    test = rows_of(_split_days(root, dataset, "holdout"))
+    days = rows_of(train)
+    uid = train.user_id.to_numpy()
+    cuts = np.flatnonzero(uid[1:] != uid[:-1]) + 1
+    data = TrainData(np.split(days, cuts), coords, list(uid[np.r_[0, cuts]]))
+    env = MobilityEnv(coords)
+    mass = start_mass(data.days_per_user, env.n_locations).numpy()
+    rng = np.random.default_rng(0)
+    floor_days = days[rng.choice(len(days), min(n_days, len(days)), replace=False)]
+    reference = jsd_metrics(test, floor_days, coords, "geo")
+    uniform = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations,
+                                                                   size=(n_days, SLOTS)),
+                           coords, "geo") for s in seeds]
+    return data, floor_days, test, env, mass / mass.sum(), reference, uniform
 
 
 def main() -> None:
@@ -57,45 +117,65 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mechanisms", default="laplace,gaussian")
     ap.add_argument("--destinations", default="public")
+    ap.add_argument("--schemes", default="pategail")
+    ap.add_argument("--pretrain", type=int, default=0, help="critic_pretrain_steps")
+    ap.add_argument("--root", default=None, help="a prepared Telecom root (see the doc)")
+    ap.add_argument("--dataset", default="telecom_shanghai")
+    ap.add_argument("--days", type=int, default=20000, help="synthetic days per run (--root)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("absl").setLevel(logging.ERROR)
     t_all = time.perf_counter()
     seeds = [int(x) for x in args.seeds.split(",")]
-    data, real, test, env, true_starts, reference, uni = geolife_setup(seeds)
-    n = len(test)
-    rows: list[dict] = [{"method": "real.data (reference)", "epsilon": "",
+    if args.root:
+        mode, n = "geo", args.days
+        data, real, test, env, true_starts, reference, uni = telecom_setup(
+            Path(args.root), args.dataset, n, seeds)
+        floor = f"real (train) vs held-out, {len(real):,} days"
+    else:
+        mode = "paper"
+        data, real, test, env, true_starts, reference, uni = geolife_setup(seeds)
+        n, floor = len(test), "real.data (reference)"
+    print(f"{data.n_users:,} training users, {sum(len(d) for d in data.days_per_user):,} "
+          f"training days, {len(test):,} held-out days, {env.n_locations:,} locations; "
+          f"{mode}-mode JSD, {n:,} generated days a run", flush=True)
+    rows: list[dict] = [{"method": floor, "epsilon": "",
                          **{c: (v, 0.0) for c, v in reference.items()}}]
     rows.append({"method": "uniform random", "epsilon": "", **summarise(uni, METRICS)})
+    freq = [jsd_metrics(test, env_freq_days(env, real, n, s), data.coords, mode) for s in seeds]
+    rows.append({"method": "env + real action freq (not private)", "epsilon": "",
+                 **summarise(freq, METRICS)})
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         runs = []
         for seed in seeds:
             m = fit_markov(data.days_per_user, data.coords, e, DELTA, seed)
             days = m.sample(n, np.random.default_rng(seed + 1))
-            runs.append({"spent": m.epsilon, **jsd_metrics(test, days, data.coords, "paper")})
+            runs.append({"spent": m.epsilon, **jsd_metrics(test, days, data.coords, mode)})
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
                      **summarise(runs, (*METRICS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
-        for mech, dest in [(m, d) for m in args.mechanisms.split(",") if m
-                           for d in args.destinations.split(",") if d]:
+        for scheme, mech, dest in [(c, m, d) for c in args.schemes.split(",") if c
+                                   for m in args.mechanisms.split(",") if m
+                                   for d in args.destinations.split(",") if d]:
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
-                               scheme="pategail", critic_kind=None, mechanism=mech, beta=0.0,
+                               scheme=scheme, critic_kind=None, mechanism=mech, beta=0.0,
                                start_hist_epsilon=args.start_share * e, delta=DELTA,
-                               destination=dest)
+                               destination=dest, critic_pretrain_steps=args.pretrain)
             lam = noise_for_epsilon(base, data.n_users, data.coords, args.rounds, e)
             sd = lam * (np.sqrt(2) if mech == "laplace" else 1.0)
             runs = []
             for seed in seeds:
                 cfg = dataclasses.replace(base, seed=seed, noise=lam,
                                           target_epsilon=e * (1 + 1e-9))
-                r = run_one(cfg, data, env, test, true_starts, seed)
+                r = run_one(cfg, data, env, test, true_starts, seed, mode=mode, n_days=n)
                 runs.append({**r, "spent": r["epsilon"]})
-                print(f"pategail {mech} {dest} eps {e:g} seed {seed}: {r['seconds']:.0f}s "
-                      f"{r['rounds']} rounds spent {r['epsilon']:.4g} (noise sd {sd:.4g})",
+                print(f"{scheme} {mech} {dest} eps {e:g} seed {seed}: {r['seconds']:.0f}s "
+                      f"{r['rounds']} rounds spent {r['epsilon']:.4g} (noise sd {sd:.4g}) "
+                      f"gap {_fmt(r['critic_gap'][0])} -> {_fmt(r['critic_gap'][-1])}",
                       flush=True)
-            label = f"PateGAIL {mech.capitalize()}" + (" learned dest" if dest == "learned"
-                                                        else "")
+            label = (("PateGAIL++" if scheme == "pategail++" else "PateGAIL")
+                     + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else ""))
             rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*METRICS, "spent",
                                                                      "rounds")), "runs": runs})

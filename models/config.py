@@ -69,6 +69,10 @@ class TrainConfig:
     # the initial policy and its own real pairs (local data only, nothing released: costs no
     # epsilon, models/PROOF.md section 1); a resumed run does not pretrain again
     critic_pretrain_steps: int = 0
+    # real pairs per user that the trusted critic_gap diagnostic scores each round: a fixed
+    # uniform sample drawn once (models.critics.real_pair_sample); 0 = all of them. A
+    # diagnostic only: no release and no trained weight depends on it
+    gap_pairs: int = 256
     score_chunk_elems: int = 1 << 24
     # policy / PPO
     loc_dim: int = 16
@@ -146,8 +150,9 @@ class TrainConfig:
             raise bad("participation", "must lie in (0, 1]")
         if not 0 < self.delta < 1:
             raise bad("delta", "must lie in (0, 1)")
-        if self.critic_pretrain_steps < 0:
-            raise bad("critic_pretrain_steps", "must be >= 0")
+        for name in ("critic_pretrain_steps", "gap_pairs"):
+            if getattr(self, name) < 0:
+                raise bad(name, "must be >= 0")
         if self.beta < 0 or self.lambda_gp < 0:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
         if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:

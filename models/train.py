@@ -35,7 +35,8 @@ action frequencies of the generated days), counts fixed by the config (participa
 Poisson rounds, whose sample size is not public) and timings; `ROUND_PUBLIC` lists them. Under
 `"trusted"` it keeps figures computed from private data without noise or not public (critic
 loss, the exact mean reward, the pilot's correlation with it, the round's participant count, and
-`critic_gap`: the participants' mean over users of mean R_u(u's own real pairs) - mean
+`critic_gap`: the participants' mean over users of mean R_u(u's own real pairs; a fixed sample
+of `gap_pairs` of them, `models.critics.real_pair_sample`) - mean
 R_u(generated batch), R = sigmoid(D), from exact critic outputs after the round's critic steps;
 per-rank sums all-reduced like the moments; None under LDP, where no exact sum is formed):
 they stay in the run folder (history.json, mode 0700) and are never logged at INFO or published.
@@ -87,6 +88,7 @@ from models.critics import (
     critic_rewards,
     critic_update,
     local_moments,
+    real_pair_sample,
     real_reward_means,
 )
 from models.data import TrainData
@@ -373,6 +375,8 @@ class _Run:
         check_blocks(cfg, blocks, self.comm.world)
         self.env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent, self.device)
         self.real, self.counts = expert_features_per_user(self.env, data.days_per_user)
+        self.gap_real, self.gap_counts = real_pair_sample(self.real, self.counts, self.rows,
+                                                          cfg.seed, cfg.gap_pairs)
         self.gens, self.rng = make_generators(cfg.seed)
         n_loc = self.env.n_locations
         with torch.random.fork_rng(devices=[]):  # nn init uses the global RNG: fence it
@@ -552,7 +556,7 @@ class _Run:
         # not under LDP (the server must not see any exact aggregate of a user's critic)
         ldp = isinstance(self.scheme, LdpReward)
         real_sum = (0.0 if ldp else float(real_reward_means(
-            self.critics, self.real, self.counts, lu, cfg.score_chunk_elems).sum()))
+            self.critics, self.gap_real, self.gap_counts, lu, cfg.score_chunk_elems).sum()))
         t2 = time.perf_counter()
         keys = pair_keys(feats) if self.pilot is not None else None
         prior = self.pilot.estimate(keys) if self.pilot is not None else None
