@@ -167,6 +167,15 @@ GEO_KM_BIN_WIDTH = 0.25
 GEO_KM_N_BINS = 400
 
 
+#: Geo mode G-rank edges: [0, 1e-4), then 12 log-spaced bins from 1e-4 to 1, three a decade
+#: (last closed). Uniform bins of 0.02 (the paper's) put every top-50 probability of a map with
+#: thousands of locations in the first bin (at Telecom scale the largest is about 0.005), so
+#: every method scored 0 there; log bins resolve probabilities from 1e-4 up whatever the map's
+#: size. Three a decade: on Geolife real.data against test.data scores 0.016 (paper bins
+#: 0.037), where 49 log bins scored 0.126 from the sampling noise of 50 values alone.
+GEO_GRANK_EDGES = np.r_[0.0, np.geomspace(1e-4, 1.0, 13)]
+
+
 def geo_bins(width_km: float = GEO_KM_BIN_WIDTH, n_bins: int = GEO_KM_N_BINS) -> MetricBins:
     """Geo-mode bins: uniform km bins plus an overflow bin; one bin per integer count."""
     km = HistogramSpec.uniform(width_km, n_bins)
@@ -178,5 +187,5 @@ def geo_bins(width_km: float = GEO_KM_BIN_WIDTH, n_bins: int = GEO_KM_N_BINS) ->
         dailyloc=per_value,
         dailyloc_divisor=1,
         duration=per_value,
-        grank=HistogramSpec(np.linspace(0.0, 1.0, GRANK_TOP_K + 1), overflow=False),
+        grank=HistogramSpec(GEO_GRANK_EDGES, overflow=False),
     )
