@@ -20,6 +20,7 @@ Prints a table and writes JSON. Run:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -36,6 +37,7 @@ from models.attacks import (
     membership_attacks,
     split_member_days,
 )
+from models.budget import noise_for_epsilon
 from models.config import TrainConfig
 from models.data import load_geolife
 from models.train import fit
@@ -45,32 +47,46 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 log = logging.getLogger("reproduce_attacks")
 
 
+def geolife_plans(args, train) -> list[tuple[str, float, TrainConfig]]:
+    """(scheme, noise, config) of every Geolife row: `--noises` (the papers' axis) and, for
+    `--train-epsilons`, each scheme's noise found by bisection on the accountant's plan so the
+    run spends at most that epsilon (delta 1e-5, RDP; target_epsilon set to it)."""
+    plans = []
+    for scheme in ("pategail", "pategail++"):
+        base = TrainConfig(seed=args.seed, rounds=args.rounds, scheme=scheme,
+                           episodes_per_round=args.episodes,
+                           critic_kind="bce" if scheme == "pategail" else "wgan")
+        for noise in [float(x) for x in args.noises.split(",") if x]:
+            plans.append((scheme, noise, dataclasses.replace(base, noise=noise)))
+        for e in [float(x) for x in args.train_epsilons.split(",") if x]:
+            lam = noise_for_epsilon(base, train.n_users, train.coords, args.rounds, e)
+            plans.append((scheme, lam, dataclasses.replace(base, noise=lam,
+                                                           target_epsilon=e * (1 + 1e-9))))
+    return plans
+
+
 def geolife(args) -> list[dict]:
     data, _, _ = load_geolife(SHARED / "geolife_pategail")
     train, cands = split_member_days(data, args.member_fraction, args.seed)
     rows = []
-    for noise in [float(x) for x in args.noises.split(",")]:
-        for scheme in ("pategail", "pategail++"):
-            cfg = TrainConfig(seed=args.seed, rounds=args.rounds, scheme=scheme, noise=noise,
-                              episodes_per_round=args.episodes,
-                              critic_kind="bce" if scheme == "pategail" else "wgan")
-            t0 = time.perf_counter()
-            target = fit(cfg, train)  # FitResult: policy and critics
-            t1 = time.perf_counter()
-            reports, seconds = membership_attacks(
-                target, data.coords, cands, data, fit_trainer(cfg), n_shadows=args.shadows,
-                seed=args.seed, n_boot=args.boot)
-            row = {"scheme": scheme, "noise": noise, "rounds": target.rounds_done,
-                   "epsilon": target.accountant["epsilon"],
-                   "seconds": {"target_fit": t1 - t0, **seconds}}
-            for rep in reports:
-                row[rep.attack] = rep.to_dict()
-            rows.append(row)
-            wb, lp, lc = row["whitebox_mia"], row["lira_policy"], row["lira_critic"]
-            print(f"{scheme} noise={noise}: whitebox AUC {wb['auc']:.3f} "
-                  f"[{wb['auc_ci'][0]:.3f}, {wb['auc_ci'][1]:.3f}], LiRA(policy) {lp['auc']:.3f}, "
-                  f"LiRA(policy, offline) {row['lira_policy_offline']['auc']:.3f}, "
-                  f"LiRA(critic) {lc['auc']:.3f} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    for scheme, noise, cfg in geolife_plans(args, train):
+        t0 = time.perf_counter()
+        target = fit(cfg, train)  # FitResult: policy and critics
+        t1 = time.perf_counter()
+        reports, seconds = membership_attacks(
+            target, data.coords, cands, data, fit_trainer(cfg), n_shadows=args.shadows,
+            seed=args.seed, n_boot=args.boot)
+        row = {"scheme": scheme, "noise": noise, "rounds": target.rounds_done,
+               "epsilon": target.accountant["epsilon"],
+               "seconds": {"target_fit": t1 - t0, **seconds}}
+        for rep in reports:
+            row[rep.attack] = rep.to_dict()
+        rows.append(row)
+        wb, lp, lc = row["whitebox_mia"], row["lira_policy"], row["lira_critic"]
+        print(f"{scheme} noise={noise:.4g}: whitebox AUC {wb['auc']:.3f} "
+              f"[{wb['auc_ci'][0]:.3f}, {wb['auc_ci'][1]:.3f}], LiRA(policy) {lp['auc']:.3f}, "
+              f"LiRA(policy, offline) {row['lira_policy_offline']['auc']:.3f}, "
+              f"LiRA(critic) {lc['auc']:.3f} ({time.perf_counter() - t0:.0f}s)", flush=True)
     return rows
 
 
@@ -128,6 +144,8 @@ def main() -> None:
     ap.add_argument("--shadows", type=int, default=4)
     ap.add_argument("--noises", default="0.01,0.1")
     ap.add_argument("--epsilons", default="1,4,10")
+    ap.add_argument("--train-epsilons", default="",
+                    help="Geolife rows at equal epsilon (noise by bisection), e.g. 1,4,10")
     ap.add_argument("--member-fraction", type=float, default=0.7)
     ap.add_argument("--min-points", type=int, default=10)
     ap.add_argument("--boot", type=int, default=500)
@@ -155,14 +173,16 @@ def print_tables(out: dict) -> None:
 
     if "geolife" in out:
         print("\nGeolife membership inference (evaluation half; AUC [95% bootstrap CI])")
-        print(f"{'scheme':11s} {'noise':>5s} {'eps':>9s} {'whitebox AUC':>22s} {'bal.acc':>7s} "
-              f"{'TPR@1%':>6s} {'LiRA policy':>22s} {'offline':>7s} {'LiRA critic':>22s}")
+        print(f"{'scheme':11s} {'noise':>6s} {'eps':>9s} {'whitebox AUC':>22s} {'bal.acc':>7s} "
+              f"{'TPR@1%':>6s} {'@0.1%':>6s} {'LiRA policy':>22s} {'TPR@1%':>6s} {'@0.1%':>6s} "
+              f"{'offline':>7s} {'LiRA critic':>22s}")
         for r in out["geolife"]:
-            wb = r["whitebox_mia"]
-            print(f"{r['scheme']:11s} {r['noise']:5.2f} {r['epsilon']:9.4g} {ci(wb):>22s} "
+            wb, lp = r["whitebox_mia"], r["lira_policy"]
+            print(f"{r['scheme']:11s} {r['noise']:6.3g} {r['epsilon']:9.4g} {ci(wb):>22s} "
                   f"{wb['balanced_accuracy']:7.3f} {wb['tpr_at_fpr']:6.3f} "
-                  f"{ci(r['lira_policy']):>22s} {r['lira_policy_offline']['auc']:7.3f} "
-                  f"{ci(r['lira_critic']):>22s}")
+                  f"{wb['extra']['tpr_at_0.1pct_fpr']:6.3f} {ci(lp):>22s} "
+                  f"{lp['tpr_at_fpr']:6.3f} {lp['extra']['tpr_at_0.1pct_fpr']:6.3f} "
+                  f"{r['lira_policy_offline']['auc']:7.3f} {ci(r['lira_critic']):>22s}")
     if "chi" in out:
         print("\nCHI home re-identification: share of users with inferred home within 1 km")
         print(f"{'method':8s} {'eps':>5s} {'truth=night':>24s} {'truth=night, >=k pts':>24s} "

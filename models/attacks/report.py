@@ -10,7 +10,9 @@ Metrics (Carlini et al. 2022, "Membership inference attacks from first principle
 - AUC: Mann-Whitney statistic with average ranks for ties (equals sklearn's roc_auc_score).
 - balanced accuracy: (TPR + TNR) / 2 at the given threshold (score >= threshold -> member).
 - TPR at FPR <= 1%: the largest true-positive rate over thresholds whose false-positive rate is at
-  most `fpr` (no interpolation; with fewer than 100 negatives this is the TPR at FPR = 0).
+  most `fpr` (no interpolation; with fewer than 100 negatives this is the TPR at FPR = 0). The
+  TPR at FPR <= 0.1% (Carlini et al.'s other operating point) is kept as a point estimate in
+  `extra["tpr_at_0.1pct_fpr"]`: with fewer than 1,000 negatives it is the TPR at FPR = 0.
 Confidence intervals: percentile bootstrap, resampling members and non-members separately
 (stratified, so every replicate has both classes), `n_boot` replicates from a seeded Generator.
 """
@@ -136,7 +138,8 @@ def evaluate_attack(name: str, scores, labels, *, threshold: float, fpr: float =
         _bootstrap(lambda a, b: balanced_accuracy(a, b, threshold), s, y, n_boot, rng, level),
         tpr_at_fpr(s, y, fpr), _bootstrap(lambda a, b: tpr_at_fpr(a, b, fpr), s, y, n_boot, rng,
                                           level),
-        fpr, int(y.sum()), int((~y).sum()), float(threshold), extra)
+        fpr, int(y.sum()), int((~y).sum()), float(threshold),
+        {**(extra or {}), "tpr_at_0.1pct_fpr": tpr_at_fpr(s, y, 0.001)})
 
 
 def attack_split(labels, groups, eval_fraction: float, seed: int) -> np.ndarray:

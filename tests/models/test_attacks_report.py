@@ -72,3 +72,15 @@ def test_attack_split_is_stratified_and_seeded():
         for lab in (True, False):
             cell = (groups == g) & (y == lab)
             assert abs(m[cell].sum() - cell.sum() / 2) <= 1  # half of every cell, +-1 rounding
+
+
+def test_report_keeps_the_tpr_at_a_tenth_of_a_percent_fpr():
+    """2,000 negatives: FPR <= 0.1% admits the 2 highest-scoring negatives; the members above
+    the third-highest negative count. Checked against sklearn's ROC curve."""
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(500, bool), np.zeros(2000, bool)]
+    s = rng.normal(size=y.size) + 1.5 * y
+    rep = evaluate_attack("x", s, y, threshold=0.0, n_boot=5)
+    fpr, tpr, _ = roc_curve(y, s)
+    assert rep.extra["tpr_at_0.1pct_fpr"] == pytest.approx(tpr[fpr <= 0.001].max())
+    assert rep.extra["tpr_at_0.1pct_fpr"] < rep.tpr_at_fpr
