@@ -43,6 +43,7 @@ from models.data import load_geolife
 from models.train import fit
 from udfs.collect import perturb
 
+START_SHARE = 0.25  # of an equal-epsilon row's budget, spent on the DP start distribution
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 log = logging.getLogger("reproduce_attacks")
 
@@ -50,7 +51,8 @@ log = logging.getLogger("reproduce_attacks")
 def geolife_plans(args, train) -> list[tuple[str, float, TrainConfig]]:
     """(scheme, noise, config) of every Geolife row: `--noises` (the papers' axis) and, for
     `--train-epsilons`, each scheme's noise found by bisection on the accountant's plan so the
-    run spends at most that epsilon (delta 1e-5, RDP; target_epsilon set to it)."""
+    run spends at most that epsilon (delta 1e-5, RDP; target_epsilon set to it), of which the
+    DP start distribution takes START_SHARE (as bench/reproduce_synthesis.py)."""
     plans = []
     for scheme in ("pategail", "pategail++"):
         base = TrainConfig(seed=args.seed, rounds=args.rounds, scheme=scheme,
@@ -59,8 +61,9 @@ def geolife_plans(args, train) -> list[tuple[str, float, TrainConfig]]:
         for noise in [float(x) for x in args.noises.split(",") if x]:
             plans.append((scheme, noise, dataclasses.replace(base, noise=noise)))
         for e in [float(x) for x in args.train_epsilons.split(",") if x]:
-            lam = noise_for_epsilon(base, train.n_users, train.coords, args.rounds, e)
-            plans.append((scheme, lam, dataclasses.replace(base, noise=lam,
+            at_e = dataclasses.replace(base, start_hist_epsilon=START_SHARE * e)
+            lam = noise_for_epsilon(at_e, train.n_users, train.coords, args.rounds, e)
+            plans.append((scheme, lam, dataclasses.replace(at_e, noise=lam,
                                                            target_epsilon=e * (1 + 1e-9))))
     return plans
 
