@@ -1,4 +1,4 @@
-"""Private synthesis on Geolife at epsilon 1 / 4 / 10: is PateGAIL worth its cost? (issue 16)
+"""Private synthesis at epsilon 1 / 4 / 10 (Geolife; Telecom scale with --root) (issue 16).
 
 Every private row spends at most the stated epsilon at delta 1e-5 (RDP accountant, the
 training default) on the shared Geolife split (real.data per user; paper-mode JSD of
