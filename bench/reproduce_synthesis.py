@@ -51,6 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.reproduce_pategail import env_freq_days, geolife_setup, run_one, summarise  # noqa: E402
+from jobs.spark.tables import LOCATIONS, SLOT_DAYS_SPLIT, Table  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
 from models.data import TrainData  # noqa: E402
@@ -63,9 +64,13 @@ METRICS = ("dailyloc", "grank", "irank", "distance", "radius", "duration")
 DELTA = 1e-5
 
 
+def _table_dir(root: Path, table: Table, dataset: str) -> Path:
+    """A catalogue table's Parquet folder of one dataset under the root's warehouse."""
+    return root / "warehouse" / f"{table.db}.db" / table.short / f"dataset={dataset}"
+
+
 def _split_days(root: Path, dataset: str, split: str) -> pd.DataFrame:
-    folder = root / "warehouse" / "trajpriv_raw.db" / "slot_days_split" / f"dataset={dataset}"
-    part = folder / f"split={split}"
+    part = _table_dir(root, SLOT_DAYS_SPLIT, dataset) / f"split={split}"
     if not part.is_dir():
         raise SystemExit(f"{part} is missing: run `trajpriv train` on this root first (it writes "
                          "the train/held-out split)")
@@ -81,8 +86,7 @@ def telecom_setup(root: Path, dataset: str, n_days: int, seeds: list[int]):
     data, the floor's real days, held-out days, env, true start distribution, real-vs-real
     JSDs, uniform random's JSDs per seed). Location ids become rows of the sorted location
     table, as the train stage's shards do."""
-    loc = pd.read_parquet(root / "warehouse" / "trajpriv_pub.db" / "locations"
-                          / f"dataset={dataset}").sort_values("loc_id")
+    loc = pd.read_parquet(_table_dir(root, LOCATIONS, dataset)).sort_values("loc_id")
     loc_ids = loc.loc_id.to_numpy(np.int64)
     coords = loc[["lat", "lon"]].to_numpy(np.float64)
 

@@ -714,9 +714,10 @@ def real_pair_sample(real: torch.Tensor, counts: torch.Tensor, rows: torch.Tenso
 
     Why: the trusted `critic_gap` diagnostic scored every real pair of every participant each
     round, which at Telecom-Shanghai scale (about 6,800 pairs a user, 9,200 users) cost 5-6 times
-    the critics' training steps (bench/bench_train.py --gap). The mean of a fixed uniform
-    sample of m pairs is an unbiased estimate of the user's in-sample mean reward, with standard
-    error at most 0.5 / sqrt(m) per user (rewards lie in [0, 1]), far less over the users' mean.
+    the critics' training steps (a round 50 s, now 4.4 s: README, "Pipeline stages"). The mean
+    of a fixed uniform sample of m pairs is an unbiased estimate of the user's in-sample mean
+    reward, with standard error at most 0.5 / sqrt(m) per user (rewards lie in [0, 1]), far
+    less over the users' mean.
     A user's sample is drawn without replacement from its own stream keyed by (seed, global
     row), so it does not depend on the sharding, and it consumes no draw of the training
     streams: the trained model is the same whatever `pairs` is. Users with at most `pairs`

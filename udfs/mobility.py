@@ -45,9 +45,7 @@ mode="geo" (use for Telecom-scale and any new figures): kilometres, nothing drop
   (`geo_bins(width_km, n_bins)` to change them).
 - DailyLoc: k itself, one bin per k = 1..48. Duration: one bin per length 1..48.
 - G-rank: top-50 probabilities on 13 bins: [0, 1e-4), then 12 log-spaced bins from 1e-4 to 1,
-  three a decade (last bin closed: nothing dropped). The paper's 0.02-wide bins hold every
-  top-50 probability of a map with thousands of locations in their first bin, which scores
-  every method 0.
+  three a decade (last bin closed: nothing dropped; why: `mobility_bins.GEO_GRANK_EDGES`).
 - I-rank: as above.
 """
 
