@@ -115,13 +115,15 @@ def ldp_metrics(
             F.sum("m").alias("points"),
             *[F.sum(f"w{i}").alias(f"w{i}") for i in range(len(prq_km))],
         )
+        settings = []
         for r in totals.collect():
             key = {k: r[k] for k in g}
+            settings.append(tuple(key.values()))
             ne = r["ne"] / diameter if diameter > 0 else 0.0
             rows.append({**key, "metric": "NE", "value": float(ne)})
             for i, d in enumerate(prq_km):
                 rows.append({**key, "metric": prq_name(d), "value": r[f"w{i}"] / r["points"]})
-        rows += _ranking_metrics(pairs, g, top_fraction, n_locations)
+        rows += _ranking_metrics(pairs, g, settings, top_fraction, n_locations)
         return rows
     finally:
         pairs.unpersist()
@@ -132,9 +134,11 @@ def prq_name(delta_km: float) -> str:
 
 
 def _ranking_metrics(
-    pairs: DataFrame, g: list[str], top_fraction: float, n_locations: int
+    pairs: DataFrame, g: list[str], settings: list[tuple], top_fraction: float,
+    n_locations: int,
 ) -> list[dict[str, Any]]:
-    """ACD and Kendall tau-b per group from the visit counts c_true(l), c_pert(l).
+    """ACD and Kendall tau-b per group (`settings`: the groups' values, in `g`'s order) from
+    the visit counts c_true(l), c_pert(l).
 
     The counts are the Spark aggregation (one job over the trajectories); what is left is a
     table of at most |P| rows per group, ranked and compared on the driver with integer
@@ -147,7 +151,6 @@ def _ranking_metrics(
         .fillna(0, ["ct", "cp"])
         .collect()
     )
-    settings = [tuple(r[c] for c in g) for r in pairs.select(*g).distinct().collect()]
     by_setting: dict[tuple, list] = {key: [] for key in settings}
     for r in counts:
         by_setting[tuple(r[c] for c in g)].append((r["loc_id"], r["ct"], r["cp"]))

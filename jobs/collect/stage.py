@@ -42,6 +42,7 @@ from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from jobs.progress import spark_progress
 from jobs.spark import ledger
+from jobs.spark.catalog import ensure_view as create_view
 from jobs.spark.catalog import read_table, table_exists, write_table
 from jobs.spark.per_user import per_user, user_bounds
 from jobs.spark.per_user import release as free_shared
@@ -406,9 +407,7 @@ def ensure_view(spark: SparkSession) -> None:
     """`perturbed_points`: one row per published point with its public coordinates."""
     if not table_exists(spark, PERTURBED_TRAJECTORIES):
         return
-    spark.sql(
-        f"""
-        CREATE OR REPLACE VIEW {PERTURBED_POINTS} {PERTURBED_POINTS.view_columns()} AS
+    create_view(spark, PERTURBED_POINTS, f"""
         SELECT x.release_id, x.dataset, x.mechanism, x.epsilon, x.pseudonym,
                x.traj_key, x.date, x.seq, x.loc_id, l.lat, l.lon
         FROM (
@@ -416,8 +415,7 @@ def ensure_view(spark: SparkSession) -> None:
             FROM {PERTURBED_TRAJECTORIES} t LATERAL VIEW posexplode(t.loc_ids) p AS seq, loc_id
         ) x
         JOIN {LOCATIONS} l ON l.dataset = x.dataset AND l.loc_id = x.loc_id
-        """
-    )
+        """)
 
 
 def published_rows(spark: SparkSession, dataset: str) -> DataFrame | None:

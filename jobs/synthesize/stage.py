@@ -97,7 +97,7 @@ def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from jobs.spark.catalog import table_exists, write_table
+    from jobs.spark.catalog import ensure_view, table_exists, write_table
 
     t0 = time.perf_counter()
     train_run, figs = find_train_run(spark, cfg, getattr(ctx.args, "train_run", None))
@@ -129,8 +129,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
                 replace={"dataset": cfg.dataset, "run_id": train_run})
     bc.unpersist()
     if table_exists(spark, LOCATIONS):
-        spark.sql(f"""
-            CREATE OR REPLACE VIEW {SYNTHETIC_POINTS} {SYNTHETIC_POINTS.view_columns()} AS
+        ensure_view(spark, SYNTHETIC_POINTS, f"""
             SELECT x.run_id, x.dataset, x.model, x.epsilon, x.delta, x.privacy_model,
                    x.traj_no, x.slot,
                    x.loc_id, l.lat, l.lon

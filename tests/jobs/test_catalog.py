@@ -198,3 +198,29 @@ def test_the_analyst_query_check_reads_only_the_published_zone(spark) -> None:
     with pytest.raises(ZoneError, match="reads files directly"):
         check_analyst_query(spark, f"SELECT * FROM parquet.`{raw_dir}`")
     assert spark.table("trajpriv_pub.t_zone").count() == 1  # the refused writes never ran
+
+
+def test_a_view_is_recreated_only_when_its_definition_changes(spark) -> None:
+    """ensure_view: the first call creates, an identical one is a no-op (no metastore write),
+    another query text or column list replaces the view; the digest is in TBLPROPERTIES."""
+    from jobs.spark.catalog import VIEW_DEFINITION, ensure_view
+    from jobs.spark.relocation import stored_table_names
+    from jobs.spark.tables import Table
+
+    base = "trajpriv_pub.t_view_base"
+    write_table(spark.createDataFrame([("a", 1), ("a", 2)], "dataset string, v int"), base,
+                partition_by=["dataset"], replace={"dataset": "a"})
+    view = Table("trajpriv_pub.t_view", view=True, columns="dataset string, v int",
+                 holds="test view", notes={"v": "a value"})
+    assert ensure_view(spark, view, f"SELECT dataset, v FROM {base}") is True
+    assert ensure_view(spark, view, f"SELECT  dataset, v\n FROM {base}") is False  # same text
+    assert spark.table(view).count() == 2
+    assert ensure_view(spark, view, f"SELECT dataset, v FROM {base} WHERE v > 1") is True
+    assert spark.table(view).count() == 1
+    stored = spark.sql(f"SHOW TBLPROPERTIES {view} ('{VIEW_DEFINITION}')").first()["value"]
+    assert len(stored) == 16
+    # the comments travel with it, and the view is not counted among the stored tables
+    described = {r["col_name"]: r["comment"] for r in spark.sql(f"DESCRIBE {view}").collect()}
+    assert described["v"] == "a value"
+    names = stored_table_names(spark, "trajpriv_pub")
+    assert "t_view_base" in names and "t_view" not in names

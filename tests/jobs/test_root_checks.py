@@ -56,14 +56,29 @@ class _Catalog:
     def getDatabase(self, db):  # noqa: N802 (pyspark's name)
         return SimpleNamespace(locationUri=self.locations[db])
 
-    def listTables(self, db):  # noqa: N802
-        return [SimpleNamespace(name=t, tableType="MANAGED") for t in self.tables.get(db, [])]
+
+
+class _Session(SimpleNamespace):
+    """What check_catalog_in_root asks of a session: database locations and SHOW TABLES/VIEWS
+    (the tables here have no views beside them)."""
+
+    def sql(self, text: str):
+        verb, _, db = text.split()[1:4]
+        if verb == "VIEWS":
+            return _Rows([])
+        return _Rows([{"tableName": t, "isTemporary": False}
+                      for t in self.catalog.tables.get(db, [])])
+
+
+class _Rows(list):
+    def collect(self):
+        return list(self)
 
 
 def test_a_catalog_that_names_another_root_is_refused(tmp_path):
     root = tmp_path / "data_B"
     (root / "warehouse" / "raw.db").mkdir(parents=True)
-    spark = SimpleNamespace(catalog=_Catalog({"raw": "file:/elsewhere/data_A/warehouse/raw.db"},
+    spark = _Session(catalog=_Catalog({"raw": "file:/elsewhere/data_A/warehouse/raw.db"},
                                              {}))
     with pytest.raises(RootError, match=r"does not match its folders: database raw lies at "
                                         r"file:/elsewhere/data_A"):
@@ -73,7 +88,7 @@ def test_a_catalog_that_names_another_root_is_refused(tmp_path):
 def test_a_catalog_whose_table_folders_are_gone_is_refused(tmp_path):
     root = tmp_path / "data"
     (root / "warehouse" / "raw.db").mkdir(parents=True)  # empty: the tables' files are gone
-    spark = SimpleNamespace(catalog=_Catalog({"raw": f"file:{root}/warehouse/raw.db"},
+    spark = _Session(catalog=_Catalog({"raw": f"file:{root}/warehouse/raw.db"},
                                              {"raw": ["privacy_ledger", "points"]}))
     with pytest.raises(RootError, match=r"lists 2 table\(s\) of raw .* is missing or empty"):
         check_catalog_in_root(spark, root, ("raw",))
