@@ -42,8 +42,7 @@ from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
 from jobs.progress import spark_progress
 from jobs.spark import ledger
-from jobs.spark.catalog import ensure_view as create_view
-from jobs.spark.catalog import read_table, table_exists, write_table
+from jobs.spark.catalog import ensure_view, read_table, table_exists, write_table
 from jobs.spark.per_user import per_user, user_bounds
 from jobs.spark.per_user import release as free_shared
 from jobs.spark.tables import (
@@ -403,11 +402,11 @@ def perturb_users(rows: DataFrame, space: LocationSpace, kernel: K.ReleaseKernel
                     order=("date", "traj_id"), arrow=True)
 
 
-def ensure_view(spark: SparkSession) -> None:
+def ensure_points_view(spark: SparkSession) -> None:
     """`perturbed_points`: one row per published point with its public coordinates."""
     if not table_exists(spark, PERTURBED_TRAJECTORIES):
         return
-    create_view(spark, PERTURBED_POINTS, f"""
+    ensure_view(spark, PERTURBED_POINTS, f"""
         SELECT x.release_id, x.dataset, x.mechanism, x.epsilon, x.pseudonym,
                x.traj_key, x.date, x.seq, x.loc_id, l.lat, l.lon
         FROM (
@@ -483,7 +482,7 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
         faults.crash_point("after_published_mark")
     if ledger.REGISTERED not in release.states:
         register_release(spark, cfg, release)
-        ensure_view(spark)
+        ensure_points_view(spark)
         faults.crash_point("after_registry")
         ledger.mark(spark, release, ledger.REGISTERED)
         faults.crash_point("after_registered_mark")
@@ -617,7 +616,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
             log.warning("collect %s: nothing released, nothing spent: %s", figures["window"],
                         why.split(" (")[0])
             figures.update(release_id=None, nothing_released=why)
-            ensure_view(spark)
+            ensure_points_view(spark)
             return figures
         release = ledger.Release(release_id, ctx.run_id, cfg.dataset, c.mechanism,
                                  float(c.epsilon), frozenset(),

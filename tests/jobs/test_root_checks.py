@@ -57,7 +57,6 @@ class _Catalog:
         return SimpleNamespace(locationUri=self.locations[db])
 
 
-
 class _Session(SimpleNamespace):
     """What check_catalog_in_root asks of a session: database locations and SHOW TABLES/VIEWS
     (the tables here have no views beside them)."""
@@ -78,8 +77,7 @@ class _Rows(list):
 def test_a_catalog_that_names_another_root_is_refused(tmp_path):
     root = tmp_path / "data_B"
     (root / "warehouse" / "raw.db").mkdir(parents=True)
-    spark = _Session(catalog=_Catalog({"raw": "file:/elsewhere/data_A/warehouse/raw.db"},
-                                             {}))
+    spark = _Session(catalog=_Catalog({"raw": "file:/elsewhere/data_A/warehouse/raw.db"}, {}))
     with pytest.raises(RootError, match=r"does not match its folders: database raw lies at "
                                         r"file:/elsewhere/data_A"):
         check_catalog_in_root(spark, root, ("raw",))
@@ -89,7 +87,7 @@ def test_a_catalog_whose_table_folders_are_gone_is_refused(tmp_path):
     root = tmp_path / "data"
     (root / "warehouse" / "raw.db").mkdir(parents=True)  # empty: the tables' files are gone
     spark = _Session(catalog=_Catalog({"raw": f"file:{root}/warehouse/raw.db"},
-                                             {"raw": ["privacy_ledger", "points"]}))
+                                      {"raw": ["privacy_ledger", "points"]}))
     with pytest.raises(RootError, match=r"lists 2 table\(s\) of raw .* is missing or empty"):
         check_catalog_in_root(spark, root, ("raw",))
     (root / "warehouse" / "raw.db" / "points").mkdir()
