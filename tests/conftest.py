@@ -122,12 +122,10 @@ def spark(spark_config):
     # there the optimising compiler pays for itself, so it runs without the C1-only cap (same
     # class archive). Measured quiet: a small warm collect 15-20 s C1-only, 11-13 s with all
     # tiers; the crash-sweep file 268 s / 471 CPU-s C1-only, 248 s / 443 CPU-s with all tiers.
-    launch_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    if _USER_JVM_OPTS is None:
-        os.environ["SPARK_SUBMIT_OPTS"] = launch_opts.replace(C1_ONLY, "").strip()
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        if _USER_JVM_OPTS is None:
+            opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+            env.setenv("SPARK_SUBMIT_OPTS", opts.replace(C1_ONLY, "").strip())
         session = get_spark(spark_config)
-    finally:
-        os.environ["SPARK_SUBMIT_OPTS"] = launch_opts
     yield session
     session.stop()
