@@ -234,14 +234,21 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
         mids[rows, cols] = mid
     if a.shape[0] < _COMBINE_SMALL:  # few rows: fewer numpy calls, the same floats
         return _medoid_pairs(a, b, valid, mids, space, out)
-    for s in range(0, a.shape[0], _COMBINE_CHUNK):  # bounded temporaries
-        r = slice(s, s + _COMBINE_CHUNK)
-        best = _medoid_rows(a[r], b[r], valid[r], None if mids is None else mids[r], space)
-        out[r] = np.where(valid[r], best, out[r])
+    # one pass per length n over its rows' first n columns: no work on padding (a padded
+    # row's totals only add exact zeros, so trimming it changes no float and no choice)
+    uniq, inv = length_index(lens)
+    by_length = np.argsort(inv, kind="stable")
+    counts = np.bincount(inv, minlength=uniq.size)
+    for n, end, count in zip(uniq, np.cumsum(counts), counts, strict=True):
+        rows = by_length[end - count:end]
+        for s in range(0, rows.size, _COMBINE_CHUNK):  # bounded temporaries
+            r = rows[s:s + _COMBINE_CHUNK]
+            out[r, :n] = _medoid_rows(a[r, :n], b[r, :n],
+                                      None if mids is None else mids[r, :n], space)
     return out
 
 
-_COMBINE_CHUNK = 8192  # trajectories per combine pass: (2L)^2 / 2 float64 per row in flight
+_COMBINE_CHUNK = 8192  # trajectories per combine pass: (2n)^2 / 2 float64 per row in flight
 _COMBINE_SMALL = 128  # below this many trajectories, :func:`_medoid_pairs`
 
 
@@ -271,25 +278,24 @@ def _medoid_pairs(a, b, valid, mids, space: LocationSpace, out) -> np.ndarray:
     return out
 
 
-def _medoid_rows(a, b, valid, mids, space: LocationSpace) -> np.ndarray:
-    """The medoid choice for (m, L) copies (``mids``: snapped midpoints, or None for
-    "copy_medoid"), in a transposed (output, row) layout where every step is a contiguous row
-    operation, a fixed number of numpy calls per pass whatever the lengths.
+def _medoid_rows(a, b, mids, space: LocationSpace) -> np.ndarray:
+    """The medoid choice for (m, n) copies of m trajectories of length n (``mids``: snapped
+    midpoints, or None for "copy_medoid"), in a transposed (output, row) layout where every
+    step is a contiguous row operation, a fixed number of numpy calls per pass.
 
-    A candidate's total is the distance to every real output of its row in the order the
-    first version (two bincounts over the pairs of the padded (a, b) layout) summed them:
-    pairs (p < q) of that layout, D[o_p, o_q] read once; output x's total is (sum over q > x,
+    A candidate's total is the distance to every output of its row in the order the first
+    version (two bincounts over the pairs of the padded (a, b) layout) summed them: pairs
+    (p < q) of that layout, D[o_p, o_q] read once; output x's total is (sum over q > x,
     q ascending) + (sum over p < x, p ascending), a midpoint's the sum over the outputs in
-    order, each a sequential float64 sum from 0. Padding adds exact zeros (t + 0.0 == t), so
-    the totals are the same floats and the choice (first of equals: a, then b, then the
-    midpoint) is the same.
+    order, each a sequential float64 sum from 0. The padding that version summed added exact
+    zeros (t + 0.0 == t), so the totals are the same floats and the choice (first of equals:
+    a, then b, then the midpoint) is the same.
     """
     flat = space.dist.reshape(-1)  # flat takes: several times faster than dist[x, y]
     n_loc, width = space.n, 2 * a.shape[1]
-    vm = np.concatenate([valid, valid], axis=1).T  # (2L, m)
-    outs = np.where(vm, np.concatenate([a, b], axis=1).T, 0)  # padding reads D[0, 0]
+    outs = np.ascontiguousarray(np.concatenate([a, b], axis=1).T)  # (2n, m)
     p, q = np.triu_indices(width, 1)
-    d = np.where(vm[p] & vm[q], np.take(flat, outs[p] * n_loc + outs[q]), 0.0)  # (pairs, m)
+    d = np.take(flat, outs[p] * n_loc + outs[q])  # (pairs, m) float32, summed in float64
     upper = np.zeros(outs.shape)  # upper[x]: sum over q > x
     lower = np.zeros(outs.shape)  # lower[x]: sum over p < x
     first = np.concatenate([[0], np.cumsum(np.arange(width - 1, 0, -1))])  # pair (x, x + 1)
@@ -304,10 +310,10 @@ def _medoid_rows(a, b, valid, mids, space: LocationSpace) -> np.ndarray:
     best, least = np.where(win, outs[half:], best), np.where(win, cost[half:], least)
     if mids is not None:
         m = mids.T  # (L, m)
-        dm = np.take(flat, m[None, :, :] * n_loc + outs[:, None, :])  # (2L, L, m)
+        dm = np.take(flat, m[None, :, :] * n_loc + outs[:, None, :])  # (2n, n, m)
         total = np.zeros(m.shape)
-        for j in range(width):  # sequential over the outputs a_0.., b_0.. (real ones)
-            total += np.where(vm[j], dm[j], 0.0)
+        for j in range(width):  # sequential over the outputs a_0.., b_0..
+            total += dm[j]
         win = total < least
         best = np.where(win, m, best)
     return best.T
