@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from udfs.derive import hex_digest, int_digest
+from udfs.derive import hex_digest, hex_digests, int_digest
 from udfs.errors import ConfigError
 
 PSEUDONYM_HEX_CHARS = 16  # 64 bits: collision-free at millions of users, short enough to read
@@ -54,6 +54,11 @@ def run_key(secrets_dir: Path) -> bytes:
 def pseudonym(key: bytes, user_id: str) -> str:
     """HMAC-SHA256(key, user_id), truncated: stable per key, unlinkable without it."""
     return hex_digest(key, user_id, chars=PSEUDONYM_HEX_CHARS)
+
+
+def pseudonyms(key: bytes, messages) -> list[str]:
+    """`pseudonym(key, m)` of each message, in one loop (the plan's traj_keys)."""
+    return hex_digests(key, messages, chars=PSEUDONYM_HEX_CHARS)
 
 
 def user_seed(key: bytes, scope: str, user_id: str) -> np.random.SeedSequence:

@@ -233,11 +233,21 @@ class Batch:
     traj_ids: np.ndarray  # (N,) int64
     pad: np.ndarray  # (N, L) int64 loc ids, row i valid in its first lengths[i]
     lengths: np.ndarray  # (N,) int64
+    traj_keys: np.ndarray | None = None  # (N,) str: the input's traj_key column, if it has one
 
     @staticmethod
     def of(frame) -> Batch:
-        """From a pandas DataFrame or pyarrow Table with user_id, date, traj_id, loc_ids."""
-        if isinstance(frame, pa.Table | pa.RecordBatch):
+        """From a pandas DataFrame or pyarrow Table with user_id, date, traj_id, loc_ids
+        (and optionally traj_key)."""
+        arrow = isinstance(frame, pa.Table | pa.RecordBatch)
+        given = None
+        if "traj_key" in (frame.column_names if arrow else frame.columns):
+            col = frame.column("traj_key") if arrow else frame["traj_key"]
+            given = np.asarray(col.to_numpy(zero_copy_only=False) if arrow else col.to_numpy(),
+                               object)
+            if pd.isna(given).any():  # a charge written before charges named their keys
+                given = None  # derive them all (the same keys: the plan's derivation)
+        if arrow:
             users = np.asarray(frame.column("user_id").to_numpy(zero_copy_only=False), object)
             days = epoch_days(frame.column("date"))
             tids = np.asarray(frame.column("traj_id").to_numpy(zero_copy_only=False), np.int64)
@@ -263,7 +273,8 @@ class Batch:
         src = starts[order][:, None] + np.minimum(cols[None, :], np.maximum(lens, 1)[:, None] - 1)
         pad = np.where(valid, values[np.minimum(src, max(values.size - 1, 0))]
                        if values.size else 0, 0)
-        return Batch(uniq, uidx[order].reshape(-1), days[order], tids[order], pad, lens)
+        return Batch(uniq, uidx[order].reshape(-1), days[order], tids[order], pad, lens,
+                     None if given is None else given[order])
 
     def flat(self, out: np.ndarray) -> np.ndarray:
         """The valid points of a padded (N, L) output, row after row."""
@@ -293,26 +304,41 @@ class ReleaseKernel:
     traj_key_of: Callable[[str], str]
     options: dict[str, Any] = field(default_factory=dict)
     publish: PublishOptions = field(default_factory=PublishOptions)
+    keep_true: bool = False  # trusted use only: rows also carry `true_ids` (see __call__)
 
     def __call__(self, trajectories, space: LocationSpace):
         """Whole users' rows (user_id, date, traj_id, loc_ids) -> RELEASE_COLUMNS rows, one
         block per setting, each in (user, date, traj_id) order. A pyarrow Table in gives a
-        pyarrow Table out (no per-row Python objects for the points); pandas gives pandas."""
+        pyarrow Table out (no per-row Python objects for the points); pandas gives pandas.
+
+        With a `traj_key` column (one setting only) the rows are published under those keys:
+        `collect` passes the keys its plan computed and the ledger charged, so the charge
+        and the published row carry the same key by construction and no key is derived twice
+        (one HMAC per trajectory was a quarter of the release's CPU).
+
+        With `keep_true` each row also carries `true_ids`, the raw points it was perturbed
+        from (raw data: trusted zone only). `collect` keeps them on its cached release to
+        measure utility without joining the raw table back; it never writes them."""
         arrow = isinstance(trajectories, pa.Table | pa.RecordBatch)
         if len(trajectories) == 0:
-            return pa.table(_empty_release()) if arrow else pd.DataFrame(
-                {c: [] for c in RELEASE_COLUMNS})
+            empty = _empty_release(self.keep_true)
+            return pa.table(empty) if arrow else pd.DataFrame({c: [] for c in empty})
         b = Batch.of(trajectories)
-        iso = _iso(b.days)
         shown = self._published_days(b.days)
         pseud = self._pseudonyms(b)
+        if b.traj_keys is not None and len(self.settings) != 1:
+            raise ValueError("a traj_key column names one release's keys: pass it with "
+                             "exactly one setting")
         parts = []
         for s, flat in self._perturbed(b, space):
-            keys = [self.traj_key_of(self.publish.key_message(self.dataset, u, d, k,
-                                                              s.release_id))
-                    for u, d, k in zip(b.users[b.user_index], iso, b.traj_ids.tolist(),
-                                       strict=True)]
-            parts.append(_columns(s, keys, pseud, shown, b.lengths, flat, arrow))
+            keys = b.traj_keys if b.traj_keys is not None else [
+                self.traj_key_of(self.publish.key_message(self.dataset, u, d, k, s.release_id))
+                for u, d, k in zip(b.users[b.user_index], _iso(b.days), b.traj_ids.tolist(),
+                                   strict=True)]
+            part = _columns(s, keys, pseud, shown, b.lengths, flat, arrow)
+            if self.keep_true:
+                part = _with_true(part, b.lengths, b.flat(b.pad), arrow)
+            parts.append(part)
         if arrow:
             return pa.concat_tables(parts)
         return pd.concat(parts, ignore_index=True)
@@ -373,18 +399,32 @@ class ReleaseKernel:
 _LOCS = pa.list_(pa.field("element", pa.int32()))  # Spark's Arrow form of array<int>
 
 
-def _empty_release() -> dict:
-    return {"pseudonym": pa.array([], pa.string()), "traj_key": pa.array([], pa.string()),
+def _empty_release(keep_true: bool = False) -> dict:
+    cols = {"pseudonym": pa.array([], pa.string()), "traj_key": pa.array([], pa.string()),
             "date": pa.array([], pa.date32()), "mechanism": pa.array([], pa.string()),
             "epsilon": pa.array([], pa.float64()), "loc_ids": pa.array([], _LOCS),
             "n": pa.array([], pa.int32())}
+    return {**cols, "true_ids": pa.array([], _LOCS)} if keep_true else cols
+
+
+def _locs(lengths: np.ndarray, flat: np.ndarray) -> pa.ListArray:
+    """Spark's array<int> column of rows of `lengths` points from the row-after-row `flat`."""
+    offsets = np.zeros(lengths.size + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(np.int32)),
+                                    type=_LOCS)
+
+
+def _with_true(part, lengths: np.ndarray, true_flat: np.ndarray, arrow: bool):
+    """`part` plus `true_ids`: the raw points of each row (trusted zone only)."""
+    if arrow:
+        return part.append_column("true_ids", _locs(lengths, true_flat))
+    return part.assign(true_ids=np.split(true_flat.astype(np.int32), np.cumsum(lengths)[:-1]))
 
 
 def _columns(s: Setting, keys, pseud, shown, lengths, flat, arrow: bool):
     n = lengths.size
     if arrow:
-        offsets = np.zeros(n + 1, np.int32)
-        np.cumsum(lengths, out=offsets[1:])
         return pa.table({
             "pseudonym": pa.array(pseud if pseud is not None else [None] * n, pa.string()),
             "traj_key": pa.array(keys, pa.string()),
@@ -392,8 +432,7 @@ def _columns(s: Setting, keys, pseud, shown, lengths, flat, arrow: bool):
                      if shown is not None else pa.nulls(n, pa.date32())),
             "mechanism": pa.array([s.mechanism] * n, pa.string()),
             "epsilon": pa.array(np.full(n, float(s.epsilon)), pa.float64()),
-            "loc_ids": pa.ListArray.from_arrays(pa.array(offsets),
-                                                pa.array(flat.astype(np.int32)), type=_LOCS),
+            "loc_ids": _locs(lengths, flat),
             "n": pa.array(lengths.astype(np.int32)),
         })
     dates = (shown.astype("datetime64[D]").astype(object) if shown is not None

@@ -85,18 +85,20 @@ def ldp_metrics(
     top_fraction: float,
     n_locations: int,
     group: Sequence[str] = GROUP,
+    persist: bool = True,
 ) -> list[dict[str, Any]]:
     """NE, PRQ@delta, ACD and KendallTau per group (mechanism, epsilon) as metric rows.
 
     Returns dicts {**group values, "metric", "value"}; `locations` is the public set P with
     loc_id 0..n_locations-1 (the same ids as the LocationSpace). `pairs` (one row per
-    trajectory) is persisted once and read by two Spark aggregations: per-trajectory errors
-    (NE, PRQ), then visit counts (ACD and Kendall's tau-b from them on the driver).
+    trajectory) is read by two Spark aggregations: per-trajectory errors (NE, PRQ), then
+    visit counts (ACD and Kendall's tau-b from them on the driver); it is persisted for
+    them unless `persist=False` (the caller's pairs are a projection of a cached frame).
     """
     g = list(group)
-    pairs = pairs.select(*g, "traj_key", "true_ids", "pert_ids").persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    pairs = pairs.select(*g, "traj_key", "true_ids", "pert_ids")
+    if persist:
+        pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rows: list[dict[str, Any]] = []
         # NE and PRQ in one job: per trajectory (mean error, points, points within delta).
@@ -126,7 +128,8 @@ def ldp_metrics(
         rows += _ranking_metrics(pairs, g, settings, top_fraction, n_locations)
         return rows
     finally:
-        pairs.unpersist()
+        if persist:
+            pairs.unpersist()
 
 
 def prq_name(delta_km: float) -> str:

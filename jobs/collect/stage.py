@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.config import Config
-from jobs.keys import pseudonym, pseudonym_key, run_key, user_seed
+from jobs.keys import pseudonym, pseudonym_key, pseudonyms, run_key, user_seed
 from jobs.progress import spark_progress
 from jobs.spark import ledger
 from jobs.spark.catalog import ensure_view, read_table, table_exists, write_table
@@ -74,7 +74,6 @@ PLAN_SCHEMA = T.StructType(
         T.StructField("user_id", T.StringType()),
         T.StructField("date", T.DateType()),
         T.StructField("traj_id", T.LongType()),
-        T.StructField("loc_ids", T.ArrayType(T.IntegerType())),
         T.StructField("n", T.IntegerType()),
         T.StructField("window_start", T.DateType()),
         T.StructField("cost", T.DoubleType()),
@@ -96,6 +95,10 @@ RELEASE_SCHEMA = T.StructType(
         T.StructField("n", T.IntegerType()),
     ]
 )
+#: The release as collect computes it: the published columns plus each row's raw points
+#: (`true_ids`, trusted zone only: cached for the utility metrics, never written).
+RELEASE_WITH_TRUE_SCHEMA = T.StructType(
+    [*RELEASE_SCHEMA.fields, T.StructField("true_ids", T.ArrayType(T.IntegerType()))])
 SPEND_SCHEMA = T.StructType(
     [
         T.StructField("user_id", T.StringType()),
@@ -220,7 +223,7 @@ def build_plan(
     n_locations: int,
     max_len: int | None,
     partitions: int,
-    traj_key_of=None,
+    traj_keys_of=None,
     timer=None,
 ) -> DataFrame:
     """Budget plan of every user (no randomness). Row shape: PLAN_SCHEMA.
@@ -229,8 +232,9 @@ def build_plan(
     user, and the vectorised planner takes many whole users per call (a call per user cost more
     in pandas overhead than the planning itself). The output stays partitioned by user_id
     (each row notes its `plan_partition`), so the release reads it without a second shuffle.
-    Released rows get their published `traj_key` here (`traj_key_of(user, iso date, traj_id)`,
-    the keyed hash the release uses), so the ledger's charges name the published rows.
+    Released rows get their published `traj_key` here (`traj_keys_of(users, iso dates,
+    traj_ids)`, the keyed hashes the release publishes them under), so the ledger's charges
+    name the published rows.
     """
     # Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
     # The other kind's numeric columns hold fillers, not nulls: pandas would turn an int
@@ -269,18 +273,17 @@ def build_plan(
                            n_locations=n_locations, max_len=max_len)
         if timer is not None:
             timer.add(time.perf_counter() - t0)
-        return out.assign(plan_partition=np.int32(part), traj_key=_keys(out))
+        # the points stay behind: the release reads them from the raw table by its charges
+        return out.drop(columns="loc_ids").assign(plan_partition=np.int32(part),
+                                                  traj_key=_keys(out))
 
     def _keys(plan: pd.DataFrame) -> np.ndarray:
         keys = np.full(len(plan), None, dtype=object)
         mine = plan["released"].to_numpy(dtype=bool)
-        if traj_key_of is not None and mine.any():
+        if traj_keys_of is not None and mine.any():
             rel = plan[mine]
-            keys[mine] = [
-                traj_key_of(u, d, int(t))
-                for u, d, t in zip(rel["user_id"], K.iso_dates(rel["date"]), rel["traj_id"],
-                                   strict=True)
-            ]
+            keys[mine] = traj_keys_of(rel["user_id"].tolist(), K.iso_dates(rel["date"]),
+                                      rel["traj_id"].tolist())
         return keys
 
     return per_user(stream, planner, PLAN_SCHEMA, partitions=partitions)
@@ -372,7 +375,10 @@ def release_fn(kernel: K.ReleaseKernel, timer=None):
     return release
 
 
-def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
+def release_kernel(cfg: Config, settings: list[K.Setting],
+                   keep_true: bool = False) -> K.ReleaseKernel:
+    """The release kernel of `settings` under the config's keys, mechanism options and
+    publication rules (`keep_true`: rows also carry their raw points, trusted use only)."""
     secrets_dir = cfg.storage.secrets
     pkey = pseudonym_key(secrets_dir)
     c = cfg.collect
@@ -390,15 +396,20 @@ def release_kernel(cfg: Config, settings: list[K.Setting]) -> K.ReleaseKernel:
             "max_len": c.max_len,
         },
         publish=publish_options(cfg),
+        keep_true=keep_true,
     )
 
 
 def perturb_users(rows: DataFrame, space: LocationSpace, kernel: K.ReleaseKernel,
                   timer=None) -> DataFrame:
-    """(user_id, date, traj_id, loc_ids) -> RELEASE_SCHEMA rows, whole users per call; the
-    location space is broadcast once (free it with `per_user.release` after the write)."""
-    return per_user(rows.select("user_id", "date", "traj_id", "loc_ids"),
-                    release_fn(kernel, timer), RELEASE_SCHEMA, shared=space,
+    """(user_id, date, traj_id, loc_ids[, traj_key]) -> RELEASE_SCHEMA rows, whole users per
+    call (a `traj_key` column: the keys the rows are published under, see
+    `udfs.collect_kernel.ReleaseKernel`); the location space is broadcast once (free it with
+    `per_user.release` after the write)."""
+    cols = ["user_id", "date", "traj_id", "loc_ids"] + (
+        ["traj_key"] if "traj_key" in rows.columns else [])
+    schema = RELEASE_WITH_TRUE_SCHEMA if kernel.keep_true else RELEASE_SCHEMA
+    return per_user(rows.select(*cols), release_fn(kernel, timer), schema, shared=space,
                     order=("date", "traj_id"), arrow=True)
 
 
@@ -450,33 +461,24 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
 
     Its perturbed rows are computed from exactly its `spent` rows in the ledger (joined with
     the raw trajectories they name), seeded by (key, dataset, release id, user): the same rows
-    whether this is the run that planned it or a later one rolling it forward.
+    whether this is the run that planned it or a later one rolling it forward. The run that
+    computes the rows measures their utility from its cached copy (which carries the raw
+    points); a run that finds them published joins them back (:func:`release_pairs`).
     """
-    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
-    charges = ledger.spent_rows(spark, release.release_id)
+    measured = None  # utility of the rows this run computes, measured before any mark
     if ledger.PUBLISHED not in release.states:
-        t0 = time.perf_counter()
-        raw = raw_trajectories(spark, cfg.dataset)
-        todo = charges.select("user_id", "date", "traj_id").join(
-            raw, ["user_id", "date", "traj_id"])
-        timer = spark.sparkContext.accumulator(0.0)
-        released = perturb_users(todo, space, release_kernel(cfg, [setting]), timer)
-        out = released.select(
-            F.lit(release.run_id).alias("run_id"),
-            F.lit(cfg.dataset).alias("dataset"),
-            F.lit(release.release_id).alias("release_id"),
-            "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
-        )
-        n = release.detail.get("trajectories")  # public: the release's published count
-        with spark_progress(spark, "collect release", "tasks",
-                            work=(n, "trajectories") if n else None):
-            # One partition (dataset, release_id): a redo replaces exactly this release's rows.
-            write_table(out, PERTURBED_TRAJECTORIES,
-                        covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
-        free_shared(released)
-        figures.setdefault("release_s", 0.0)
-        figures["release_s"] += round(time.perf_counter() - t0, 3)
-        figures["kernel_cpu_s"] = round(timer.value, 3)
+        computed = publish_release(spark, cfg, release, space, figures)
+        try:
+            # Measured now, from the cached rows: the next ledger append refreshes every
+            # cached plan that reads the ledger (these rows do: their charges), so later
+            # the release would be computed all over again.
+            t0 = time.perf_counter()
+            with spark_progress(spark, "collect utility metrics", "tasks"):
+                measured = measure_release(spark, cfg, release, space, locations, computed)
+            figures["metrics_s"] = round(time.perf_counter() - t0, 3)
+        finally:
+            computed.unpersist()
+            free_shared(computed)
         faults.crash_point("after_publish")
         ledger.mark(spark, release, ledger.PUBLISHED)
         faults.crash_point("after_published_mark")
@@ -488,14 +490,54 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
         faults.crash_point("after_registered_mark")
     if ledger.EVALUATED not in release.states:
         t0 = time.perf_counter()
-        with spark_progress(spark, "collect utility metrics", "tasks"):
-            rows = release_metrics(spark, cfg, release, space, locations)
+        if measured is None:
+            with spark_progress(spark, "collect utility metrics", "tasks"):
+                measured = measure_release(spark, cfg, release, space, locations)
+        write_release_metrics(spark, cfg, release, measured)
         figures.setdefault("metrics", {}).update(
             {r["metric"]: (None if r["value"] != r["value"] else round(r["value"], 6))
-             for r in rows})
+             for r in measured})
         faults.crash_point("after_evaluation")
         ledger.mark(spark, release, ledger.EVALUATED)
-        figures["metrics_s"] = round(time.perf_counter() - t0, 3)
+        figures["metrics_s"] = round(figures.get("metrics_s", 0.0) + time.perf_counter() - t0,
+                                     3)
+
+
+def publish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
+                    space: LocationSpace, figures: dict[str, Any]) -> DataFrame:
+    """Perturb the trajectories the release's `spent` rows name and write the published rows.
+
+    Returns the release as computed, each row with its raw points (`true_ids`), cached:
+    trusted zone only, for this run's utility metrics (the caller measures them before the
+    next ledger write, then unpersists it and frees its broadcast). The points never reach
+    the published table (its columns are chosen here).
+    """
+    t0 = time.perf_counter()
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
+    raw = raw_trajectories(spark, cfg.dataset)
+    # the charges' traj_keys (the plan derived them) are the keys the rows are published
+    # under: one derivation per trajectory, and charge and row name each other
+    todo = ledger.spent_rows(spark, release.release_id).select(
+        "user_id", "date", "traj_id", "traj_key").join(raw, ["user_id", "date", "traj_id"])
+    timer = spark.sparkContext.accumulator(0.0)
+    computed = perturb_users(todo, space, release_kernel(cfg, [setting], keep_true=True),
+                             timer).persist(StorageLevel.MEMORY_AND_DISK)
+    out = computed.select(
+        F.lit(release.run_id).alias("run_id"),
+        F.lit(cfg.dataset).alias("dataset"),
+        F.lit(release.release_id).alias("release_id"),
+        "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
+    )
+    n = release.detail.get("trajectories")  # public: the release's published count
+    with spark_progress(spark, "collect release", "tasks",
+                        work=(n, "trajectories") if n else None):
+        # One partition (dataset, release_id): a redo replaces exactly this release's rows.
+        write_table(out, PERTURBED_TRAJECTORIES,
+                    covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+    figures.setdefault("release_s", 0.0)
+    figures["release_s"] += round(time.perf_counter() - t0, 3)
+    figures["kernel_cpu_s"] = round(timer.value, 3)
+    return computed
 
 
 def register_release(spark: SparkSession, cfg: Config, release: ledger.Release) -> None:
@@ -511,21 +553,42 @@ def register_release(spark: SparkSession, cfg: Config, release: ledger.Release) 
                 covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
 
 
-def release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,
-                    space: LocationSpace, locations: DataFrame) -> list[dict[str, Any]]:
-    """NE/PRQ/ACD/Kendall tau of one release against the raw trajectories (trusted zone)."""
-    from jobs.collect.metrics import ldp_metrics
-    from jobs.spark.evaluation import write_evaluation
-
-    pairs = published_with_raw(spark, cfg.dataset)
+def release_pairs(spark: SparkSession, cfg: Config, release: ledger.Release,
+                  computed: DataFrame | None = None) -> DataFrame:
+    """(mechanism, epsilon, traj_key, pert_ids, true_ids) of each published row of `release`
+    (trusted zone). From `computed` (the run's cached release, which carries the raw points)
+    when the run computed it; else the published rows joined with their charges and the raw
+    trajectories (a release rolled forward after a crash). Both give the same pairs."""
+    if computed is not None:
+        return computed.select("mechanism", "epsilon", "traj_key",
+                               F.col("loc_ids").alias("pert_ids"), "true_ids")
     raw = raw_trajectories(spark, cfg.dataset).select(
         "user_id", "date", "traj_id", F.col("loc_ids").alias("true_ids"))
-    pairs = (pairs.where(F.col("release_id") == release.release_id)
-             .join(raw, ["user_id", "date", "traj_id"])
-             .select("mechanism", "epsilon", "traj_key", F.col("pert").alias("pert_ids"),
-                     "true_ids"))
-    rows = ldp_metrics(pairs, locations, diameter=space.diameter, prq_km=cfg.study.prq_km,
-                       top_fraction=cfg.study.acd_top_fraction, n_locations=space.n)
+    return (published_with_raw(spark, cfg.dataset)
+            .where(F.col("release_id") == release.release_id)
+            .join(raw, ["user_id", "date", "traj_id"])
+            .select("mechanism", "epsilon", "traj_key", F.col("pert").alias("pert_ids"),
+                    "true_ids"))
+
+
+def measure_release(spark: SparkSession, cfg: Config, release: ledger.Release,
+                    space: LocationSpace, locations: DataFrame,
+                    computed: DataFrame | None = None) -> list[dict[str, Any]]:
+    """NE/PRQ/ACD/Kendall tau of one release against the raw trajectories (trusted zone, not
+    written); `computed`: see :func:`release_pairs`."""
+    from jobs.collect.metrics import ldp_metrics
+
+    return ldp_metrics(release_pairs(spark, cfg, release, computed), locations,
+                       diameter=space.diameter, prq_km=cfg.study.prq_km,
+                       top_fraction=cfg.study.acd_top_fraction, n_locations=space.n,
+                       persist=computed is None)
+
+
+def write_release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,
+                          rows: list[dict[str, Any]]) -> None:
+    """The release's utility rows into `trajpriv_trusted.evaluation` (run_id = release id)."""
+    from jobs.spark.evaluation import write_evaluation
+
     write_evaluation(
         spark,
         [{"method": f"{r['mechanism']}-release", "setting": r["epsilon"],
@@ -533,7 +596,6 @@ def release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,
         run_id=release.release_id,
         dataset=cfg.dataset,
     )
-    return rows
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -586,8 +648,9 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         n_locations=space.n,
         max_len=c.max_len,
         partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
-        traj_key_of=lambda u, d, t: pseudonym(pkey, publish.key_message(cfg.dataset, u, d, t,
-                                                                        release_id)),
+        traj_keys_of=lambda users, dates, tids: pseudonyms(pkey, [
+            publish.key_message(cfg.dataset, u, d, int(t), release_id)
+            for u, d, t in zip(users, dates, tids, strict=True)]),
         timer=plan_timer,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:

@@ -158,13 +158,16 @@ def per_user(
     `shared` is broadcast once (None: nothing) and reaches the kernel deserialised, once per
     worker process. `arrow=True` hands the kernel pyarrow Tables (mapInArrow; the kernel may
     return pyarrow or pandas) instead of pandas DataFrames. `partitions`: the number of
-    user partitions (None: spark.sql.shuffle.partitions).
+    user partitions (None: spark.sql.shuffle.partitions). Always an explicit number: adaptive
+    execution coalesces a repartition by column alone by shuffle bytes, and the kernels here
+    are CPU-bound Python on few bytes (collect's release at Telecom scale ran 3 tasks on 2
+    cores instead of 8).
     """
     spark = df.sparkSession
     bc = spark.sparkContext.broadcast(shared) if shared is not None else None
     token = uuid.uuid4().hex
-    parts = (partitions,) if partitions else ()
-    grouped = df.repartition(*parts, key)
+    n_parts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    grouped = df.repartition(n_parts, key)
     if not whole_partition:
         grouped = grouped.sortWithinPartitions(key, *order)
 

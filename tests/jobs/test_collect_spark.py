@@ -394,6 +394,38 @@ def test_trusted_metrics_equal_udfs_metrics_and_none_is_published(spark, raw, fi
     assert "refused" not in published
 
 
+def test_metrics_pairs_from_the_cached_release_equal_the_joined_back_ones(spark, raw, first):
+    """The run that computes a release measures it from its cached rows (raw points kept
+    beside them); a rerun that finds it published joins the published rows back to the raw
+    table. Both must hand the metrics the same (traj_key, pert_ids, true_ids) pairs."""
+    from jobs.spark import ledger as L
+    from udfs.space import LocationSpace
+
+    cfg, figures = first
+    locations, _, _ = raw
+    space = LocationSpace.from_latlon(locations["lat"], locations["lon"])
+    (release,) = [r for r in L.collect_releases(spark, DATASET)
+                  if r.release_id == figures["release_id"]]
+    setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
+    todo = L.spent_rows(spark, release.release_id).select(
+        "user_id", "date", "traj_id", "traj_key").join(
+        C.raw_trajectories(spark, DATASET), ["user_id", "date", "traj_id"])
+    computed = C.perturb_users(todo, space, C.release_kernel(cfg, [setting], keep_true=True))
+    assert "true_ids" not in _published(spark).columns
+
+    def canon(df):
+        pdf = df.toPandas()
+        for col in ("pert_ids", "true_ids"):
+            pdf[col] = pdf[col].map(lambda a: tuple(int(x) for x in a))
+        return pdf.sort_values("traj_key").reset_index(drop=True)
+
+    joined = canon(C.release_pairs(spark, cfg, release))
+    cached = canon(C.release_pairs(spark, cfg, release, computed))
+    C.free_shared(computed)
+    assert len(joined) == figures["trajectories_released"]
+    pd.testing.assert_frame_equal(cached, joined)
+
+
 # ----------------------------------------------------------------------------- leaks
 def test_nothing_private_leaks_into_published_tables(spark, spark_config, raw, first):
     _, trajs, points = raw

@@ -214,6 +214,29 @@ def _many_users(n_users: int = 12) -> pd.DataFrame:
                       for i in range(n_users)], ignore_index=True)
 
 
+@pytest.mark.parametrize("arrow", [False, True])
+def test_given_traj_keys_are_published_and_change_no_noise(space, arrow):
+    """collect passes the keys its plan derived (and the ledger charged): the rows carry them,
+    in the kernel's time order, and the perturbed points are those of a derived-key run."""
+    import pyarrow as pa
+
+    t = _trajs("carol", ["2014-06-04", "2014-06-02", "2014-06-03"], seed=3)
+    t["traj_key"] = ["k-0604", "k-0602", "k-0603"]
+    derived = _kernel([K.Setting("atp", 4.0, "c")])(t.drop(columns=["traj_key", "n"]), space)
+    frame = t.drop(columns="n")
+    given = _kernel([K.Setting("atp", 4.0, "c")])(
+        pa.Table.from_pandas(frame, preserve_index=False) if arrow else frame, space)
+    given = given.to_pandas() if arrow else given
+    assert given["traj_key"].tolist() == ["k-0602", "k-0603", "k-0604"]
+    assert [list(a) for a in given["loc_ids"]] == [list(a) for a in derived["loc_ids"]]
+    assert derived["traj_key"].tolist() != given["traj_key"].tolist()
+    with pytest.raises(ValueError, match="one setting"):
+        _kernel([K.Setting("atp", 4.0, "c"), K.Setting("exp", 1.0, "c")])(frame, space)
+    t["traj_key"] = ["k-0604", None, "k-0603"]  # a charge without a key: all are derived
+    again = _kernel([K.Setting("atp", 4.0, "c")])(t.drop(columns="n"), space)
+    assert again["traj_key"].tolist() == derived["traj_key"].tolist()
+
+
 def _canon(out: pd.DataFrame) -> pd.DataFrame:
     out = out.assign(loc_ids=out["loc_ids"].map(lambda a: tuple(int(x) for x in a)))
     return out.sort_values(["mechanism", "epsilon", "traj_key"]).reset_index(drop=True)

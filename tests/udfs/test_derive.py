@@ -101,3 +101,22 @@ def test_no_module_under_test_reads_a_real_secret(cfg):
 
     training_seed(cfg)
     assert not Path(cfg.storage.secrets).exists()
+
+
+@pytest.mark.parametrize("key_len", [0, 1, 32, 63, 64, 65, 200])
+def test_the_mac_is_hmac_sha256_for_keys_shorter_and_longer_than_a_block(key_len):
+    """`udfs.derive` hashes HMAC's padded keys once per key (speed): the MACs must be the
+    standard library's, byte for byte, including keys longer than SHA-256's 64-byte block
+    (hashed first) and an empty one."""
+    rng = np.random.default_rng(key_len)
+    key = rng.integers(0, 256, key_len).astype(np.uint8).tobytes()
+    for parts in (("u000123",), ("traj", "ds", "ü-ser", "2014-06-01", 3), ("",)):
+        msg = derive.message(*parts)
+        assert derive.digest(key, *parts) == hmac.new(key, msg, hashlib.sha256).digest()
+        assert derive.hex_digest(key, *parts, chars=16) == \
+            hmac.new(key, msg, hashlib.sha256).hexdigest()[:16]
+        assert derive.digest(bytearray(key), *parts) == derive.digest(key, *parts)
+    one_part = ["u000123", "traj\x1fds\x1fü\x1f2014-06-01\x1f3", "", 42]
+    assert derive.hex_digests(key, one_part, chars=16) == [
+        hmac.new(key, str(m).encode(), hashlib.sha256).hexdigest()[:16] for m in one_part]
+    assert derive.hex_digests(key, one_part) == [derive.hex_digest(key, m) for m in one_part]
