@@ -231,7 +231,8 @@ def build_plan(
     Trajectories and prior ledger rows travel in one stream, hash-partitioned and sorted by
     user, and the vectorised planner takes many whole users per call (a call per user cost more
     in pandas overhead than the planning itself). The output stays partitioned by user_id
-    (each row notes its `plan_partition`), so the release reads it without a second shuffle.
+    (each row notes its `plan_partition`) and carries no points: the ledger's charges are
+    written from it, and the release reads the points back from the raw table by them.
     Released rows get their published `traj_key` here (`traj_keys_of(users, iso dates,
     traj_ids)`, the keyed hashes the release publishes them under), so the ledger's charges
     name the published rows.
