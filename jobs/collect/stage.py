@@ -476,7 +476,7 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
             t0 = time.perf_counter()
             with spark_progress(spark, "collect utility metrics", "tasks"):
                 measured = measure_release(spark, cfg, release, space, locations, computed)
-            figures["metrics_s"] = round(time.perf_counter() - t0, 3)
+            _add_seconds(figures, "metrics_s", t0)
         finally:
             computed.unpersist()
             free_shared(computed)
@@ -500,8 +500,12 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
              for r in measured})
         faults.crash_point("after_evaluation")
         ledger.mark(spark, release, ledger.EVALUATED)
-        figures["metrics_s"] = round(figures.get("metrics_s", 0.0) + time.perf_counter() - t0,
-                                     3)
+        _add_seconds(figures, "metrics_s", t0)
+
+
+def _add_seconds(figures: dict[str, Any], name: str, t0: float) -> None:
+    """figures[name] += seconds since t0 (summed over the releases a run finishes)."""
+    figures[name] = round(figures.get(name, 0.0) + time.perf_counter() - t0, 3)
 
 
 def publish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
@@ -530,13 +534,17 @@ def publish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
         "mechanism", "epsilon", "pseudonym", "traj_key", "date", "loc_ids", "n",
     )
     n = release.detail.get("trajectories")  # public: the release's published count
-    with spark_progress(spark, "collect release", "tasks",
-                        work=(n, "trajectories") if n else None):
-        # One partition (dataset, release_id): a redo replaces exactly this release's rows.
-        write_table(out, PERTURBED_TRAJECTORIES,
-                    covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
-    figures.setdefault("release_s", 0.0)
-    figures["release_s"] += round(time.perf_counter() - t0, 3)
+    try:
+        with spark_progress(spark, "collect release", "tasks",
+                            work=(n, "trajectories") if n else None):
+            # One partition (dataset, release_id): a redo replaces exactly this release's rows.
+            write_table(out, PERTURBED_TRAJECTORIES,
+                        covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
+    except BaseException:  # a failed write leaves no cached raw points behind
+        computed.unpersist()
+        free_shared(computed)
+        raise
+    _add_seconds(figures, "release_s", t0)
     figures["kernel_cpu_s"] = round(timer.value, 3)
     return computed
 
