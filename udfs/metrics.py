@@ -88,3 +88,18 @@ def kendall_tau(true, perturbed, space: LocationSpace, top: float = 0.1) -> floa
     if sel.size < 2 or np.all(ct[sel] == ct[sel][0]) or np.all(cp[sel] == cp[sel][0]):
         return float("nan")
     return float(kendalltau(ct[sel], cp[sel]).statistic)
+
+
+def prq_name(delta_km: float) -> str:
+    """The metric name of PRQ at `delta_km` (as written to the evaluation table)."""
+    return f"PRQ@{float(delta_km):g}km"
+
+
+def utility(true, perturbed, space: LocationSpace, prq_km=(), top: float = 0.1
+            ) -> dict[str, float]:
+    """Every utility figure of one set of pairs, by metric name: NE, PRQ@delta for each delta
+    in `prq_km`, ACD and KendallTau (the rows a release's or a study setting's figures hold)."""
+    return {"NE": ne(true, perturbed, space),
+            **{prq_name(d): prq(true, perturbed, space, d) for d in prq_km},
+            "ACD": acd(true, perturbed, space, top),
+            "KendallTau": kendall_tau(true, perturbed, space, top)}

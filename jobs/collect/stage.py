@@ -587,10 +587,9 @@ def measure_release(spark: SparkSession, cfg: Config, release: ledger.Release,
     written); `computed`: see :func:`release_pairs`."""
     from jobs.collect.metrics import ldp_metrics
 
-    return ldp_metrics(release_pairs(spark, cfg, release, computed), locations,
-                       diameter=space.diameter, prq_km=cfg.study.prq_km,
-                       top_fraction=cfg.study.acd_top_fraction, n_locations=space.n,
-                       persist=computed is None)
+    return ldp_metrics(release_pairs(spark, cfg, release, computed), locations, space=space,
+                       prq_km=cfg.study.prq_km, top_fraction=cfg.study.acd_top_fraction,
+                       persist=computed is None, n_pairs=release.detail.get("trajectories"))
 
 
 def write_release_metrics(spark: SparkSession, cfg: Config, release: ledger.Release,

@@ -29,7 +29,20 @@ log = logging.getLogger(__name__)
 
 
 def table_exists(spark: SparkSession, table: str) -> bool:
-    return spark.catalog.tableExists(table)
+    """Whether `table` (or view) is in the catalog. A yes is remembered for the process: nothing
+    in trajpriv drops a table or view, and each answer is a metastore round trip (a small
+    collect release asked 17 times)."""
+    key = (spark.sparkContext.applicationId, str(table))
+    if key in _EXISTING:
+        return True
+    found = spark.catalog.tableExists(table)
+    if found:
+        _EXISTING.add(key)
+    return found
+
+
+#: (Spark application, table) pairs `table_exists` has seen in the catalog.
+_EXISTING: set[tuple[str, str]] = set()
 
 
 #: The table property that records which definition a trajpriv view was created from.
@@ -47,13 +60,24 @@ def ensure_view(spark: SparkSession, view: Table, select_sql: str) -> bool:
     """
     sql_text = " ".join(f"{view.view_columns()} AS {select_sql}".split())
     digest = hashlib.sha256(sql_text.encode()).hexdigest()[:16]
+    key = (spark.sparkContext.applicationId, str(view))
+    if _ENSURED_VIEWS.get(key) == digest:  # this process found or made it so already
+        return False
     if table_exists(spark, view):
         stored = spark.sql(f"SHOW TBLPROPERTIES {view} ('{VIEW_DEFINITION}')").first()
         if stored is not None and stored["value"] == digest:
+            _ENSURED_VIEWS[key] = digest
             return False
     spark.sql(f"CREATE OR REPLACE VIEW {view} {view.view_columns()} "
               f"TBLPROPERTIES ('{VIEW_DEFINITION}' = '{digest}') AS {select_sql}")
+    _ENSURED_VIEWS[key] = digest
     return True
+
+
+#: (Spark application, view) -> the definition digest this process last found or wrote: the
+#: root's lock admits one writing process, so a later identical `ensure_view` in the same
+#: process (every release of a run, every test of a shared session) needs no metastore call.
+_ENSURED_VIEWS: dict[tuple[str, str], str] = {}
 
 
 def read_table(spark: SparkSession, table: str) -> DataFrame:
@@ -122,13 +146,12 @@ def write_table(
     if not table_exists(spark, table):
         create_table(df, table, partition_by)
         return
-    existing_parts = stored_partition_columns(spark, table)
+    target_cols, existing_parts = stored_layout(spark, table)
     if existing_parts != list(partition_by):
         raise InputDataError(
             f"table {table} is partitioned by {existing_parts}, this write by {partition_by}: "
             "another writer created it with a different layout; drop the table and rerun"
         )
-    target_cols = spark.table(table).columns
     missing = set(target_cols) - set(df.columns)
     if missing:
         raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")
@@ -137,23 +160,29 @@ def write_table(
         _drop_stale_partitions(spark, table, partition_by, replace, df, covers)
 
 
-#: (Spark application, table) -> the partition columns the metastore holds for it: a table's
-#: layout is fixed once created (nothing in trajpriv drops or alters a table, and the root's
-#: lock admits one writing process), so each process asks the metastore once per table.
-_STORED_LAYOUT: dict[tuple[str, str], list[str]] = {}
+#: (Spark application, table) -> (its columns in stored order, its partition columns) as the
+#: metastore holds them: a table's layout is fixed once created (nothing in trajpriv drops or
+#: alters a table, and the root's lock admits one writing process), so each process asks the
+#: metastore once per table.
+_STORED_LAYOUT: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
 
 
-def stored_partition_columns(spark: SparkSession, table: str) -> list[str]:
-    """The partition columns of the existing `table` as its metastore entry says.
+def stored_layout(spark: SparkSession, table: str) -> tuple[list[str], list[str]]:
+    """(columns in stored order, partition columns) of the existing `table`, as its metastore
+    entry says.
 
     Why remembered: `spark.catalog.listColumns` fetches and decodes the whole table entry,
-    about 0.5 s a call on a 2-core machine, and a collect release calls `write_table` three
-    times (its rows, its `releases` row, its trusted figures).
+    about 0.5 s a call on a 2-core machine, and resolving `spark.table(...)` for its column
+    order is another metastore round trip; a collect release writes or appends to a table
+    eight times (its rows, its `releases` row, its trusted figures, the ledger's charges and
+    markers, the run log).
     """
     key = (spark.sparkContext.applicationId, str(table))
     if key not in _STORED_LAYOUT:
-        _STORED_LAYOUT[key] = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
-    return list(_STORED_LAYOUT[key])
+        cols = spark.catalog.listColumns(table)
+        _STORED_LAYOUT[key] = ([c.name for c in cols], [c.name for c in cols if c.isPartition])
+    columns, partitions = _STORED_LAYOUT[key]
+    return list(columns), list(partitions)
 
 
 def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
@@ -215,7 +244,7 @@ def append_table(df: DataFrame, table: str | Table, *,
     if not table_exists(spark, table):
         create_table(df, table, partition_by)
         return
-    target_cols = spark.table(table).columns
+    target_cols = stored_layout(spark, table)[0]
     missing = set(target_cols) - set(df.columns)
     if missing:
         raise ValueError(f"writing {table}: columns {sorted(missing)} are missing from the data")

@@ -70,6 +70,12 @@ def evaluation_frame(
             F.col("value").cast("double"),
             F.lit(created).cast("timestamp").alias("created_at"),
         )
+    return spark.createDataFrame(_records(rows, run_id, dataset, created), EVALUATION_SCHEMA)
+
+
+def _records(rows: Iterable[Mapping[str, Any]], run_id: str, dataset: str,
+             created: dt.datetime) -> list[tuple]:
+    """Mappings (method, setting, metric, value) as tuples of EVALUATION_SCHEMA's order."""
     data = []
     for row in rows:
         missing = set(METRIC_COLUMNS) - set(row)
@@ -88,7 +94,7 @@ def evaluation_frame(
                 created,
             )
         )
-    return spark.createDataFrame(data, EVALUATION_SCHEMA)
+    return data
 
 
 def write_evaluation(
@@ -103,24 +109,31 @@ def write_evaluation(
     """Write metric rows of one run; returns how many were written.
 
     scope="run" replaces every row of (dataset, run_id); scope="method" replaces only the
-    methods present in `rows` (for a stage that writes its methods one at a time).
+    methods present in `rows` (for a stage that writes its methods one at a time). Metric rows
+    are few: a DataFrame of them is materialised once on the driver, and rows given as
+    mappings are written from the driver as they are (no Spark job to read them back).
     """
-    df = evaluation_frame(spark, rows, run_id=run_id, dataset=dataset, created_at=created_at)
-    pdf_rows = df.collect()  # metric rows are few; materialise once, write from the driver copy
-    df = spark.createDataFrame(pdf_rows, EVALUATION_SCHEMA)
+    if isinstance(rows, DataFrame):
+        data = [tuple(r) for r in evaluation_frame(spark, rows, run_id=run_id, dataset=dataset,
+                                                   created_at=created_at).collect()]
+    else:
+        data = _records(rows, run_id, dataset, created_at or _now())
+    df = spark.createDataFrame(data, EVALUATION_SCHEMA)
     replace: dict[str, Any] | None = {"dataset": dataset, "run_id": run_id}
+    methods = sorted({r[EVALUATION_SCHEMA.fieldNames().index("method")] for r in data})
     if scope == "method":
-        methods = sorted({r["method"] for r in pdf_rows})
         if len(methods) == 1:
             replace = {**replace, "method": methods[0]}
         else:
             replace = None  # overwrite exactly the (dataset, run_id, method) partitions written
     elif scope != "run":
         raise ValueError(f"scope must be 'run' or 'method', got {scope!r}")
-    if not pdf_rows and replace is None:
+    if not data and replace is None:
         return 0
-    write_table(df, EVALUATION, replace=replace)
-    return len(pdf_rows)
+    # the partitions written are known here: finding the stale ones needs no pass over `df`
+    write_table(df, EVALUATION, replace=replace,
+                covers=[{"dataset": dataset, "run_id": run_id, "method": m} for m in methods])
+    return len(data)
 
 
 def read_evaluation(spark: SparkSession, *, run_id: str | None = None) -> DataFrame:

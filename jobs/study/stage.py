@@ -108,8 +108,8 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         F.concat_ws("/", "user_id", F.col("date").cast("string"),
                     F.col("traj_id").cast("string")).alias("traj_key"),
         F.col("loc_ids").alias("pert_ids"), "true_ids")
-    rows = ldp_metrics(pairs, locations, diameter=space.diameter, prq_km=s.prq_km,
-                       top_fraction=s.acd_top_fraction, n_locations=space.n)
+    rows = ldp_metrics(pairs, locations, space=space, prq_km=s.prq_km,
+                       top_fraction=s.acd_top_fraction)
     write_evaluation(spark, [{"method": r["mechanism"], "setting": r["epsilon"],
                               "metric": r["metric"], "value": r["value"]} for r in rows],
                      run_id=ctx.run_id, dataset=cfg.dataset)

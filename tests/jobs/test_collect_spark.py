@@ -426,6 +426,40 @@ def test_metrics_pairs_from_the_cached_release_equal_the_joined_back_ones(spark,
     pd.testing.assert_frame_equal(cached, joined)
 
 
+def test_the_driver_and_spark_metric_paths_give_the_same_figures(spark, raw, first, monkeypatch):
+    """A release of at most DRIVER_MAX_PAIRS trajectories is measured on the driver by the
+    numpy reference, a larger one by the Spark aggregations: the same figures either way, and
+    the size the caller passes (the release's public count) chooses the path."""
+    from jobs.collect import metrics as CM
+    from jobs.spark import ledger as L
+
+    cfg, figures = first
+    space, p_locs = C.load_space(spark, DATASET)
+    (release,) = [r for r in L.collect_releases(spark, DATASET)
+                  if r.release_id == figures["release_id"]]
+    pairs = C.release_pairs(spark, cfg, release).cache()
+    opts = {"prq_km": [0.5, 2.0], "top_fraction": 0.2}
+    driver = CM.driver_metrics(pairs, space, **opts)
+    spark_rows = CM.spark_metrics(pairs, p_locs, space=space, **opts)
+
+    def by_name(rows):
+        return {(r["mechanism"], r["epsilon"], r["metric"]): r["value"] for r in rows}
+
+    got, want = by_name(driver), by_name(spark_rows)
+    assert set(got) == set(want) and len(got) == 5
+    for name, value in want.items():
+        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True), name
+    assert all(type(k[0]) is str and type(k[1]) is float for k in got)
+
+    calls = []
+    monkeypatch.setattr(CM, "driver_metrics", lambda *a, **k: calls.append("driver") or [])
+    monkeypatch.setattr(CM, "spark_metrics", lambda *a, **k: calls.append("spark") or [])
+    for n_pairs in (None, 0, CM.DRIVER_MAX_PAIRS, CM.DRIVER_MAX_PAIRS + 1):
+        CM.ldp_metrics(pairs, p_locs, space=space, n_pairs=n_pairs, **opts)
+    assert calls == ["spark", "driver", "driver", "spark"]
+    pairs.unpersist()
+
+
 # ----------------------------------------------------------------------------- leaks
 def test_nothing_private_leaks_into_published_tables(spark, spark_config, raw, first):
     _, trajs, points = raw
