@@ -213,7 +213,7 @@ def main() -> int:
     t0 = time.perf_counter()
     figures = execute("collect", C.run, cfg, argparse.Namespace(fresh=True), spark, run_id)
     wall = time.perf_counter() - t0
-    space, _ = C.load_space(spark, cfg.dataset)
+    space = C.load_space(spark, cfg.dataset)
     rate, per_user_rate, sampled = mechanism_rate(spark, cfg, space)
     points = figures.get("points_released", 0)
     mech_s = points / rate / 2  # two cores

@@ -10,8 +10,9 @@ What it holds:
 
 Why one home: the same distance used to be written by hand in ingest (locmap), datagen (stats,
 stations), the mobility statistics and the home attack, each with its own radius constant; a
-change to one (a clip, a radius) would have made stages disagree on what "1 km" is. The Spark
-column expression of the same formula is `jobs.spark.columns.haversine_km_col`.
+change to one (a clip, a radius) would have made stages disagree on what "1 km" is. No Spark
+SQL expression of it exists: Spark stages compute distances in their Python tasks with this
+function (`udfs.space.distances_from_coords` for the float32 numbers of `LocationSpace.dist`).
 
 The formula is the `haversine` package's kernel, operation for operation, with `a` capped at 1
 (rounding can push it past 1 for antipodal points, which the package turns into NaN):

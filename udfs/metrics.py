@@ -13,17 +13,24 @@ haversine km (float32 matrix widened to float64).
         k = max(1, ceil(top * |P|)), ranking by count descending, ties by lower id.
 - Kendall tau = scipy.stats.kendalltau (tau-b) between c_true and c_pert over those same top-k
         locations (NaN if either side is constant).
+
+The functions above are the definitions. Production (collect's release figures, the study)
+computes the same figures from :class:`UtilityCounts`: sums that add up over any split of the
+pairs (trajectory count, summed per-trajectory mean errors, points, points within each delta,
+both visit-count vectors), so a Spark job sums the counts of its partitions and the figures are
+computed once from the total (`jobs.collect.metrics`). :func:`utility` is that path on one set
+of pairs; tests check it against the definitions.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import kendalltau
 
 from udfs.errors import InvalidTrajectoryError
-from udfs.space import LocationSpace
+from udfs.space import LocationSpace, distances_from_coords
 
 
 def _pairs(true, perturbed):
@@ -75,18 +82,28 @@ def top_locations(counts: np.ndarray, top: float) -> np.ndarray:
 def acd(true, perturbed, space: LocationSpace, top: float = 0.1) -> float:
     """Mean |c_true - c_pert| over the top fraction of locations by true count."""
     _pairs(true, perturbed)
-    ct, cp = visit_counts(true, space.n), visit_counts(perturbed, space.n)
-    sel = top_locations(ct, top)
-    return float(np.abs(ct[sel] - cp[sel]).mean())
+    return acd_of_counts(visit_counts(true, space.n), visit_counts(perturbed, space.n), top)
 
 
 def kendall_tau(true, perturbed, space: LocationSpace, top: float = 0.1) -> float:
     """Kendall tau-b between true and perturbed visit counts over the true top locations."""
     _pairs(true, perturbed)
-    ct, cp = visit_counts(true, space.n), visit_counts(perturbed, space.n)
+    return kendall_of_counts(visit_counts(true, space.n), visit_counts(perturbed, space.n), top)
+
+
+def acd_of_counts(ct: np.ndarray, cp: np.ndarray, top: float) -> float:
+    """ACD from the two visit-count vectors c_true, c_pert."""
+    sel = top_locations(ct, top)
+    return float(np.abs(ct[sel] - cp[sel]).mean())
+
+
+def kendall_of_counts(ct: np.ndarray, cp: np.ndarray, top: float) -> float:
+    """Kendall tau-b from the two visit-count vectors (NaN if either side is constant)."""
     sel = top_locations(ct, top)
     if sel.size < 2 or np.all(ct[sel] == ct[sel][0]) or np.all(cp[sel] == cp[sel][0]):
         return float("nan")
+    from scipy.stats import kendalltau  # here: Spark workers import this module, not scipy
+
     return float(kendalltau(ct[sel], cp[sel]).statistic)
 
 
@@ -95,11 +112,69 @@ def prq_name(delta_km: float) -> str:
     return f"PRQ@{float(delta_km):g}km"
 
 
+@dataclass
+class UtilityCounts:
+    """Sums the utility figures are computed from, additive over any split of the pairs.
+
+    `error_km`: sum over trajectories of each one's mean point error (km); `within[i]`: points
+    with error <= prq_km[i] (the deltas the counts were made for); `true_visits` /
+    `pert_visits`: c_true(l) and c_pert(l), length |P|.
+    """
+
+    trajectories: int
+    error_km: float
+    points: int
+    within: np.ndarray
+    true_visits: np.ndarray
+    pert_visits: np.ndarray
+
+    def __add__(self, other: UtilityCounts) -> UtilityCounts:
+        return UtilityCounts(self.trajectories + other.trajectories,
+                             self.error_km + other.error_km, self.points + other.points,
+                             self.within + other.within, self.true_visits + other.true_visits,
+                             self.pert_visits + other.pert_visits)
+
+    def figures(self, diameter: float, prq_km=(), top: float = 0.1) -> dict[str, float]:
+        """NE, PRQ@delta (`prq_km`: the deltas `within` counts), ACD and KendallTau."""
+        if self.trajectories == 0:
+            raise InvalidTrajectoryError("no trajectories to evaluate; pass at least one")
+        mean_error = self.error_km / self.trajectories
+        return {"NE": float(mean_error / diameter) if diameter > 0 else 0.0,
+                **{prq_name(d): float(w / self.points)
+                   for d, w in zip(prq_km, self.within.tolist(), strict=True)},
+                "ACD": acd_of_counts(self.true_visits, self.pert_visits, top),
+                "KendallTau": kendall_of_counts(self.true_visits, self.pert_visits, top)}
+
+
+def flat_counts(true_ids: np.ndarray, pert_ids: np.ndarray, lengths: np.ndarray,
+                coords: np.ndarray, prq_km=()) -> UtilityCounts:
+    """UtilityCounts of trajectories given flat: the ids of all points concatenated and each
+    trajectory's length (the layout of an Arrow list column). `coords`: P's (lat, lon) rows;
+    the errors are `distances_from_coords`, the numbers of `LocationSpace.dist`, so a Spark
+    worker needs P's coordinates only, not its n x n matrices."""
+    t = np.asarray(true_ids, dtype=np.int64)
+    p = np.asarray(pert_ids, dtype=np.int64)
+    lens = np.asarray(lengths, dtype=np.int64)
+    n_loc = int(coords.shape[0])
+    if t.size != p.size or t.size != int(lens.sum()) or (lens <= 0).any():
+        raise InvalidTrajectoryError(
+            "each perturbed trajectory must be non-empty and as long as its true one")
+    err = distances_from_coords(coords, t, p)
+    traj = np.repeat(np.arange(lens.size), lens)
+    per_traj = np.bincount(traj, weights=err, minlength=lens.size) / lens
+    within = np.array([np.count_nonzero(err <= d) for d in prq_km], dtype=np.int64)
+
+    def visits(ids: np.ndarray) -> np.ndarray:  # trajectories containing l at least once
+        return np.bincount(np.unique(traj * n_loc + ids) % n_loc, minlength=n_loc)
+
+    return UtilityCounts(int(lens.size), float(per_traj.sum()), int(t.size), within,
+                         visits(t).astype(np.int64), visits(p).astype(np.int64))
+
+
 def utility(true, perturbed, space: LocationSpace, prq_km=(), top: float = 0.1
             ) -> dict[str, float]:
     """Every utility figure of one set of pairs, by metric name: NE, PRQ@delta for each delta
-    in `prq_km`, ACD and KendallTau (the rows a release's or a study setting's figures hold)."""
-    return {"NE": ne(true, perturbed, space),
-            **{prq_name(d): prq(true, perturbed, space, d) for d in prq_km},
-            "ACD": acd(true, perturbed, space, top),
-            "KendallTau": kendall_tau(true, perturbed, space, top)}
+    in `prq_km`, ACD and KendallTau (the rows a release's or a study setting's figures hold),
+    computed from their :class:`UtilityCounts` as the distributed path computes them."""
+    t, p, lens = _pairs(true, perturbed)
+    return flat_counts(t, p, lens, space.coords, prq_km).figures(space.diameter, prq_km, top)

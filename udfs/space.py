@@ -19,6 +19,7 @@ import numpy as np
 from haversine import Unit, haversine_vector
 
 from udfs.errors import InvalidTrajectoryError
+from udfs.geo import haversine_km
 
 GRANULARITIES = (2, 4, 6, 12)
 _BLOCK = 512  # rows per block when building n x n matrices (bounds temporary memory)
@@ -194,6 +195,17 @@ class LocationSpace:
     def distance_km(self, a, b) -> np.ndarray:
         """Haversine km between location ids a and b (float64 of the stored float32)."""
         return self.dist[np.asarray(a), np.asarray(b)].astype(np.float64)
+
+
+def distances_from_coords(coords: np.ndarray, a, b) -> np.ndarray:
+    """``dist[a, b]`` (float64 of the float32) of the space built from `coords`, from the
+    coordinates alone: for processes that hold P's (lat, lon) rows but not its n x n matrices
+    (the utility counts on Spark workers). The same numbers: `udfs.geo.haversine_km` is the
+    haversine package's kernel operation for operation, symmetric, and 0 from a point to itself
+    (tests/udfs/test_space.py compares every pair of a real station file)."""
+    a, b = np.asarray(a), np.asarray(b)
+    km = haversine_km(coords[a, 0], coords[a, 1], coords[b, 0], coords[b, 1])
+    return km.astype(np.float32).astype(np.float64)
 
 
 def _unit_vectors(lat, lon) -> np.ndarray:

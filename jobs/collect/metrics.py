@@ -1,232 +1,129 @@
-"""Utility of LDP output with Spark aggregations: NE, PRQ, ACD and Kendall tau.
+"""Utility of LDP output on Spark: NE, PRQ, ACD and Kendall tau of a set of (true, perturbed)
+pairs, one job whatever its size.
 
-The same definitions as `udfs.metrics` (the numpy reference; a test checks they agree):
-- NE  = mean over trajectories of the mean per-point haversine error (km), / Delta_u;
-- PRQ(delta) = share of all points within delta km of the truth (boundary inclusive);
-- c(l) = number of trajectories visiting l at least once; top-k locations by true count
-  (count desc, id asc), k = max(1, ceil(top * |P|)); ACD = mean |c_true - c_pert| over them;
-- Kendall tau-b between c_true and c_pert over those locations (NaN if either is constant).
-Distances are `jobs.spark.columns.haversine_km_col` (the haversine package's formula in Spark)
-rounded to float32, like `LocationSpace.dist`, so both sides compare the same numbers.
+The definitions are `udfs.metrics` (the numpy reference; tests check the figures equal it).
+Each task sums the `udfs.metrics.UtilityCounts` of its rows (per group: trajectories, summed
+per-trajectory mean errors, points, points within each delta, both visit-count vectors) with
+`udfs.metrics.flat_counts` on the Arrow batches; the driver adds the partitions' counts and
+computes the figures once. Why: every figure is a function of sums that add up over any split
+of the pairs, so no point-level row is exploded or shuffled, and the job is a single pass over
+the (cached) release with no join. The two Spark aggregations this replaced were nine jobs of
+scheduling on a small release (4.7 s of a 25 s collect in the test suite's warm session) and
+13 s of a 100 s Telecom-scale collect (1.1 M trajectories). Distances are P's float32
+haversine numbers (`udfs.space.distances_from_coords`): a task holds P's coordinates only.
 
-Row shapes: pairs (group..., traj_key, true_ids array<int>, pert_ids array<int>)
--> per trajectory (group..., e = mean error km, m = points, w_i = points within delta_i) and
-visit counts (group..., loc_id, c) -> metric rows (group..., metric, value). Point errors are
-computed inside each trajectory row (coordinates as broadcast arrays indexed by loc_id), so no
-point-level row is exploded or shuffled.
-
-A set of pairs whose size the caller knows to be at most DRIVER_MAX_PAIRS is measured on the
-driver instead: one collected copy, the numpy reference itself. Why: on a small release the
-two Spark aggregations are nine jobs of scheduling (4.7 s of a 25 s collect in the test
-suite's warm session) for kilobytes of work; at Telecom scale (1.1 M trajectories) the Spark
-path is the one used.
+Row shapes: pairs (group..., true_ids array<int>, pert_ids array<int>, ...) -> per task and
+group one counts row (COUNT_FIELDS) -> metric rows {group..., metric, value} on the driver.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
-from jobs.spark.columns import haversine_km_col
-from udfs import metrics as M
-from udfs.metrics import prq_name
+from udfs.errors import InvalidTrajectoryError
+from udfs.metrics import UtilityCounts, flat_counts
 from udfs.space import LocationSpace
 
 GROUP = ("mechanism", "epsilon")
-#: Up to this many pairs (trajectories), the figures are computed on the driver (module doc):
-#: two int arrays of at most a few dozen points each, a few MB collected.
-DRIVER_MAX_PAIRS = 100_000
-
-
-def _km32(lat1: Column, lon1: Column, lat2: Column, lon2: Column) -> Column:
-    """Great-circle km rounded to float32 (the precision of `LocationSpace.dist`)."""
-    return haversine_km_col(lat1, lon1, lat2, lon2).cast("float").cast("double")
-
-
-def _with_coordinates(pairs: DataFrame, locations: DataFrame) -> DataFrame:
-    """pairs + (lat_of, lon_of): arrays of P's coordinates indexed by loc_id (one broadcast row).
-
-    Why arrays and not a join per point: every metric is then computed inside each trajectory
-    row with higher-order functions, so no point-level row is ever exploded or shuffled.
-    """
-    coords = locations.agg(
-        F.sort_array(F.collect_list(F.struct("loc_id", "lat", "lon"))).alias("c")
-    ).select(F.col("c.lat").alias("lat_of"), F.col("c.lon").alias("lon_of"))
-    return pairs.crossJoin(F.broadcast(coords))
-
-
-def _errors(lat_of: Column, lon_of: Column) -> Column:
-    """Per trajectory: the array of per-point errors in km (same-id pairs have error 0)."""
-
-    def err(z: Column) -> Column:
-        t, p = z["true_ids"], z["pert_ids"]
-        return F.when(t == p, F.lit(0.0)).otherwise(
-            _km32(lat_of[t], lon_of[t], lat_of[p], lon_of[p])
-        )
-
-    return F.transform(F.arrays_zip("true_ids", "pert_ids"), err)
-
-
-def _within(delta_km: float):
-    """x -> x <= delta (a one-argument lambda: Spark reads a second one as the index)."""
-    limit = F.lit(float(delta_km))
-    return lambda x: x <= limit
-
-
-def _visit_counts(pairs: DataFrame, g: list[str], col: str, name: str) -> DataFrame:
-    """c(l) per group: trajectories visiting l at least once (distinct ids inside each row)."""
-    return (
-        pairs.select(*g, F.explode(F.array_distinct(col)).alias("loc_id"))
-        .groupBy(*g, "loc_id")
-        .agg(F.count(F.lit(1)).alias(name))
-    )
+#: The counts row of one group in one task (after the group's own columns).
+COUNT_FIELDS = [
+    T.StructField("trajectories", T.LongType()),
+    T.StructField("error_km", T.DoubleType()),
+    T.StructField("points", T.LongType()),
+    T.StructField("within", T.ArrayType(T.LongType())),
+    T.StructField("true_visits", T.ArrayType(T.LongType())),
+    T.StructField("pert_visits", T.ArrayType(T.LongType())),
+]
 
 
 def ldp_metrics(
     pairs: DataFrame,
-    locations: DataFrame,
     *,
     space: LocationSpace,
     prq_km: Sequence[float],
     top_fraction: float,
     group: Sequence[str] = GROUP,
-    persist: bool = True,
-    n_pairs: int | None = None,
 ) -> list[dict[str, Any]]:
     """NE, PRQ@delta, ACD and KendallTau per group (mechanism, epsilon) as metric rows.
 
-    Returns dicts {**group values, "metric", "value"}; `locations` is the public set P with
-    loc_id 0..|P|-1, the ids of `space`. `n_pairs`: how many rows `pairs` has, when the
-    caller knows it; at most DRIVER_MAX_PAIRS measures them on the driver (module doc).
-    Otherwise `pairs` (one row per trajectory) is read by two Spark aggregations:
-    per-trajectory errors (NE, PRQ), then visit counts (ACD and Kendall's tau-b from them on
-    the driver); it is persisted for them unless `persist=False` (the caller's pairs are a
-    projection of a cached frame).
+    Returns dicts {**group values, "metric", "value"}, groups in sorted order; none for no
+    pairs. `pairs` has one row per trajectory with `true_ids` and `pert_ids` (ids of `space`);
+    it is read once (module doc).
     """
     g = list(group)
-    if n_pairs is not None and n_pairs <= DRIVER_MAX_PAIRS:
-        return driver_metrics(pairs, space, prq_km=prq_km, top_fraction=top_fraction, group=g)
-    return spark_metrics(pairs, locations, space=space, prq_km=prq_km,
-                         top_fraction=top_fraction, group=g, persist=persist)
-
-
-def driver_metrics(pairs: DataFrame, space: LocationSpace, *, prq_km: Sequence[float],
-                   top_fraction: float, group: Sequence[str] = GROUP) -> list[dict[str, Any]]:
-    """`ldp_metrics` of a small set of pairs: collected once, measured by `udfs.metrics`."""
-    g = list(group)
-    pdf = pairs.select(*g, "true_ids", "pert_ids").toPandas()
+    deltas = [float(d) for d in prq_km]
+    totals = _group_counts(pairs, g, space.coords, deltas)
     rows: list[dict[str, Any]] = []
-    for key, part in pdf.groupby(g, sort=True):
-        named = {k: (v.item() if hasattr(v, "item") else v)
-                 for k, v in zip(g, key, strict=True)}
-        figures = M.utility([np.asarray(a, dtype=np.int64) for a in part["true_ids"]],
-                            [np.asarray(a, dtype=np.int64) for a in part["pert_ids"]],
-                            space, prq_km, top_fraction)
+    for key in sorted(totals):
+        figures = totals[key].figures(space.diameter, deltas, top_fraction)
+        named = dict(zip(g, key, strict=True))
         rows += [{**named, "metric": m, "value": v} for m, v in figures.items()]
     return rows
 
 
-def spark_metrics(
-    pairs: DataFrame,
-    locations: DataFrame,
-    *,
-    space: LocationSpace,
-    prq_km: Sequence[float],
-    top_fraction: float,
-    group: Sequence[str] = GROUP,
-    persist: bool = True,
-) -> list[dict[str, Any]]:
-    """`ldp_metrics` by two Spark aggregations, whatever the size of `pairs`."""
-    g = list(group)
-    diameter, n_locations = space.diameter, space.n
-    pairs = pairs.select(*g, "traj_key", "true_ids", "pert_ids")
-    if persist:
-        pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        rows: list[dict[str, Any]] = []
-        # NE and PRQ in one job: per trajectory (mean error, points, points within delta).
-        errs = _with_coordinates(pairs, locations).select(
-            *g, _errors(F.col("lat_of"), F.col("lon_of")).alias("err")
+def _group_counts(pairs: DataFrame, g: list[str], coords: np.ndarray,
+                  deltas: list[float]) -> dict[tuple, UtilityCounts]:
+    """Per group, the UtilityCounts of every row of `pairs`: one mapInArrow pass, tasks' counts
+    summed on the driver."""
+    source = pairs.select(*g, "true_ids", "pert_ids")
+    schema = T.StructType([source.schema[c] for c in g] + COUNT_FIELDS)
+    totals: dict[tuple, UtilityCounts] = {}
+    for r in source.mapInArrow(counts_fn(g, coords, deltas), schema).collect():
+        key = tuple(r[c] for c in g)
+        part = UtilityCounts(r["trajectories"], r["error_km"], r["points"],
+                             np.asarray(r["within"], dtype=np.int64),
+                             np.asarray(r["true_visits"], dtype=np.int64),
+                             np.asarray(r["pert_visits"], dtype=np.int64))
+        totals[key] = totals[key] + part if key in totals else part
+    return totals
+
+
+def counts_fn(g: list[str], coords: np.ndarray, deltas: list[float]):
+    """The task function: Arrow batches of pairs -> one batch of counts rows, one per group
+    the task saw (none for an empty task). Also the local backend of the tests."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        acc: dict[tuple, UtilityCounts] = {}
+        types = None
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            types = [b.schema.field(c).type for c in g]
+            keys = list(zip(*(b.column(c).to_pylist() for c in g), strict=True))
+            codes: dict[tuple, int] = {}
+            code = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), np.int64,
+                               len(keys))
+            for key, c in codes.items():
+                part = b if len(codes) == 1 else b.take(pa.array(np.flatnonzero(code == c)))
+                t, p = part.column("true_ids"), part.column("pert_ids")
+                lens = t.value_lengths()
+                if t.null_count or p.null_count or not lens.equals(p.value_lengths()):
+                    raise InvalidTrajectoryError(
+                        f"utility of {key}: a trajectory's true_ids and pert_ids are missing "
+                        "or of different lengths; pass one perturbed id per true point")
+                counts = flat_counts(t.flatten().to_numpy(), p.flatten().to_numpy(),
+                                     lens.to_numpy(), coords, deltas)
+                acc[key] = acc[key] + counts if key in acc else counts
+        if not acc:
+            return
+        keys = list(acc)
+        cols = {c: pa.array([k[i] for k in keys], type=types[i]) for i, c in enumerate(g)}
+        cols.update(
+            trajectories=pa.array([acc[k].trajectories for k in keys], pa.int64()),
+            error_km=pa.array([acc[k].error_km for k in keys], pa.float64()),
+            points=pa.array([acc[k].points for k in keys], pa.int64()),
+            within=pa.array([acc[k].within.tolist() for k in keys], pa.list_(pa.int64())),
+            true_visits=pa.array([acc[k].true_visits.tolist() for k in keys],
+                                 pa.list_(pa.int64())),
+            pert_visits=pa.array([acc[k].pert_visits.tolist() for k in keys],
+                                 pa.list_(pa.int64())),
         )
-        size = F.size("err")
-        per_traj = errs.select(
-            *g,
-            (F.aggregate("err", F.lit(0.0), lambda acc, x: acc + x) / size).alias("e"),
-            size.alias("m"),
-            *[F.size(F.filter("err", _within(d))).alias(f"w{i}") for i, d in enumerate(prq_km)],
-        )
-        totals = per_traj.groupBy(*g).agg(
-            F.avg("e").alias("ne"),
-            F.sum("m").alias("points"),
-            *[F.sum(f"w{i}").alias(f"w{i}") for i in range(len(prq_km))],
-        )
-        settings = []
-        for r in totals.collect():
-            key = {k: r[k] for k in g}
-            settings.append(tuple(key.values()))
-            ne = r["ne"] / diameter if diameter > 0 else 0.0
-            rows.append({**key, "metric": "NE", "value": float(ne)})
-            for i, d in enumerate(prq_km):
-                rows.append({**key, "metric": prq_name(d), "value": r[f"w{i}"] / r["points"]})
-        rows += _ranking_metrics(pairs, g, settings, top_fraction, n_locations)
-        return rows
-    finally:
-        if persist:
-            pairs.unpersist()
+        yield pa.RecordBatch.from_pydict(cols)
 
-
-def _ranking_metrics(
-    pairs: DataFrame, g: list[str], settings: list[tuple], top_fraction: float,
-    n_locations: int,
-) -> list[dict[str, Any]]:
-    """ACD and Kendall tau-b per group (`settings`: the groups' values, in `g`'s order) from
-    the visit counts c_true(l), c_pert(l).
-
-    The counts are the Spark aggregation (one job over the trajectories); what is left is a
-    table of at most |P| rows per group, ranked and compared on the driver with integer
-    arithmetic (a Spark job per step cost more in scheduling than the work).
-    """
-    k = max(1, math.ceil(top_fraction * n_locations))
-    counts = (
-        _visit_counts(pairs, g, "true_ids", "ct")
-        .join(_visit_counts(pairs, g, "pert_ids", "cp"), [*g, "loc_id"], "full")
-        .fillna(0, ["ct", "cp"])
-        .collect()
-    )
-    by_setting: dict[tuple, list] = {key: [] for key in settings}
-    for r in counts:
-        by_setting[tuple(r[c] for c in g)].append((r["loc_id"], r["ct"], r["cp"]))
-    rows = []
-    for key, visits in by_setting.items():
-        ct = np.zeros(n_locations, dtype=np.int64)  # locations nobody visits count 0
-        cp = np.zeros(n_locations, dtype=np.int64)
-        for loc, t, p in visits:
-            ct[loc], cp[loc] = t, p
-        top = np.lexsort((np.arange(n_locations), -ct))[:k]  # count desc, then id asc
-        x, y = ct[top], cp[top]
-        s = int((np.sign(x[:, None] - x[None, :]) * np.sign(y[:, None] - y[None, :])).sum()) // 2
-        named = dict(zip(g, key, strict=True))
-        rows.append({**named, "metric": "ACD", "value": float(np.abs(x - y).mean())})
-        rows.append({**named, "metric": "KendallTau",
-                     "value": _tau_b(s, len(top), _ties(x), _ties(y))})
-    return rows
-
-
-def _ties(values: np.ndarray) -> int:
-    """Pairs of equal values (the tie term of tau-b)."""
-    m = np.unique(values, return_counts=True)[1]
-    return int((m * (m - 1) // 2).sum())
-
-
-def _tau_b(s: int, k: int, tie_x: int, tie_y: int) -> float:
-    """Kendall tau-b from the concordant-minus-discordant sum and the tie counts."""
-    n0 = k * (k - 1) // 2
-    if k < 2 or n0 == tie_x or n0 == tie_y:
-        return math.nan
-    return float(s / math.sqrt((n0 - tie_x) * (n0 - tie_y)))
+    return run

@@ -82,7 +82,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     settings = settings_of(cfg, ctx.run_id)
     figures: dict[str, Any] = {"dataset": cfg.dataset,
                                "settings": [f"{x.mechanism}@{x.epsilon:g}" for x in settings]}
-    space, locations = C.load_space(spark, cfg.dataset)
+    space = C.load_space(spark, cfg.dataset)
     t0 = time.perf_counter()
     valid = C.read_window(spark, cfg).where(F.col("n") == F.size("loc_ids"))
     if cfg.collect.max_len is not None:
@@ -108,7 +108,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         F.concat_ws("/", "user_id", F.col("date").cast("string"),
                     F.col("traj_id").cast("string")).alias("traj_key"),
         F.col("loc_ids").alias("pert_ids"), "true_ids")
-    rows = ldp_metrics(pairs, locations, space=space, prq_km=s.prq_km,
+    rows = ldp_metrics(pairs, space=space, prq_km=s.prq_km,
                        top_fraction=s.acd_top_fraction)
     write_evaluation(spark, [{"method": r["mechanism"], "setting": r["epsilon"],
                               "metric": r["metric"], "value": r["value"]} for r in rows],

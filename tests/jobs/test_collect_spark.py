@@ -25,8 +25,8 @@ from jobs.config import config_from_mapping
 from jobs.harness import execute
 from jobs.spark import tables
 from jobs.spark.catalog import write_table
+from tests.metrics_oracle import reference_figures
 from udfs import collect_kernel as K
-from udfs import metrics as M
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -145,6 +145,8 @@ def test_budget_is_enforced_in_time_order_with_refusals_counted(spark, raw, firs
     assert figures["trajectories_released"] == len(expect_released)
     assert figures["refused"] == {K.WINDOW_EXHAUSTED: int((inside["rank"] >= 4).sum())}
     assert figures["refused"][K.WINDOW_EXHAUSTED] > 0  # the data must exercise refusals
+    assert figures["users"] == inside["user_id"].nunique()  # counted by first-row marks
+    assert figures["users_released"] == expect_released["user_id"].nunique()
     release_id = figures["release_id"]
     assert release_id == "collect-test-1.r0"
 
@@ -374,13 +376,7 @@ def test_trusted_metrics_equal_udfs_metrics_and_none_is_published(spark, raw, fi
     assert len(got) == 5  # NE, PRQ@0.5km, PRQ@2km, ACD, KendallTau of the one setting
     true = [by_key[k] for k in pub["traj_key"]]
     pert = [np.asarray(a) for a in pub["loc_ids"]]
-    want = {
-        "NE": M.ne(true, pert, space),
-        "PRQ@0.5km": M.prq(true, pert, space, 0.5),
-        "PRQ@2km": M.prq(true, pert, space, 2.0),
-        "ACD": M.acd(true, pert, space, 0.2),
-        "KendallTau": M.kendall_tau(true, pert, space, 0.2),
-    }
+    want = reference_figures(true, pert, space, [0.5, 2.0], 0.2)
     for metric, value in want.items():
         g = got[("atp-release", EPS, metric)]
         if math.isnan(value):
@@ -426,38 +422,46 @@ def test_metrics_pairs_from_the_cached_release_equal_the_joined_back_ones(spark,
     pd.testing.assert_frame_equal(cached, joined)
 
 
-def test_the_driver_and_spark_metric_paths_give_the_same_figures(spark, raw, first, monkeypatch):
-    """A release of at most DRIVER_MAX_PAIRS trajectories is measured on the driver by the
-    numpy reference, a larger one by the Spark aggregations: the same figures either way, and
-    the size the caller passes (the release's public count) chooses the path."""
+def test_the_metrics_pass_gives_each_groups_reference_figures_on_any_partitioning(
+        spark, raw, first):
+    """`ldp_metrics` over pairs of three groups (the release relabelled) spread over 1 and 5
+    partitions: each group's figures equal the numpy definitions of its pairs, and the group
+    values come back as the columns' plain Python types."""
+    from pyspark.sql import functions as F
+
     from jobs.collect import metrics as CM
     from jobs.spark import ledger as L
 
     cfg, figures = first
-    space, p_locs = C.load_space(spark, DATASET)
+    space = C.load_space(spark, DATASET)
     (release,) = [r for r in L.collect_releases(spark, DATASET)
                   if r.release_id == figures["release_id"]]
-    pairs = C.release_pairs(spark, cfg, release).cache()
+    pairs = C.release_pairs(spark, cfg, release)
+    # three groups: the release, its reversed trajectories, and every other row of it
+    reversed_ = pairs.select(F.lit("rev").alias("mechanism"), F.lit(9.0).alias("epsilon"),
+                             F.reverse("true_ids").alias("true_ids"),
+                             F.reverse("pert_ids").alias("pert_ids"), "traj_key")
+    half = pairs.where(F.xxhash64("traj_key") % 2 == 0).select(
+        F.lit("half").alias("mechanism"), "epsilon", "true_ids", "pert_ids", "traj_key")
+    three = pairs.select("mechanism", "epsilon", "true_ids", "pert_ids", "traj_key") \
+        .unionByName(reversed_).unionByName(half).cache()
+    local = three.toPandas()
     opts = {"prq_km": [0.5, 2.0], "top_fraction": 0.2}
-    driver = CM.driver_metrics(pairs, space, **opts)
-    spark_rows = CM.spark_metrics(pairs, p_locs, space=space, **opts)
-
-    def by_name(rows):
-        return {(r["mechanism"], r["epsilon"], r["metric"]): r["value"] for r in rows}
-
-    got, want = by_name(driver), by_name(spark_rows)
-    assert set(got) == set(want) and len(got) == 5
-    for name, value in want.items():
-        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True), name
-    assert all(type(k[0]) is str and type(k[1]) is float for k in got)
-
-    calls = []
-    monkeypatch.setattr(CM, "driver_metrics", lambda *a, **k: calls.append("driver") or [])
-    monkeypatch.setattr(CM, "spark_metrics", lambda *a, **k: calls.append("spark") or [])
-    for n_pairs in (None, 0, CM.DRIVER_MAX_PAIRS, CM.DRIVER_MAX_PAIRS + 1):
-        CM.ldp_metrics(pairs, p_locs, space=space, n_pairs=n_pairs, **opts)
-    assert calls == ["spark", "driver", "driver", "spark"]
-    pairs.unpersist()
+    want = {}
+    for (mech, eps), part in local.groupby(["mechanism", "epsilon"]):
+        true = [np.asarray(a) for a in part["true_ids"]]
+        pert = [np.asarray(a) for a in part["pert_ids"]]
+        want.update({(mech, eps, m): v for m, v in
+                     reference_figures(true, pert, space, [0.5, 2.0], 0.2).items()})
+    assert len(want) == 15
+    for parts in (1, 5):
+        rows = CM.ldp_metrics(three.repartition(parts), space=space, **opts)
+        got = {(r["mechanism"], r["epsilon"], r["metric"]): r["value"] for r in rows}
+        assert set(got) == set(want), parts
+        for name, value in want.items():
+            assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True), name
+        assert all(type(k[0]) is str and type(k[1]) is float for k in got)
+    three.unpersist()
 
 
 # ----------------------------------------------------------------------------- leaks

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 
 import numpy as np
+import pyarrow as pa
 import pytest
-from scipy.stats import kendalltau
 
 from jobs.collect import stage as C
-from jobs.collect.metrics import _tau_b
+from jobs.collect.metrics import COUNT_FIELDS, counts_fn
 from jobs.config import load_config
+from tests.metrics_oracle import reference_figures
+from udfs import metrics as M
+from udfs.space import LocationSpace
 
 
 def test_release_ids_never_repeat_for_a_reused_run_id():
@@ -46,24 +48,66 @@ def test_fresh_flag_is_added_once_to_a_merged_parser():
     assert parser.parse_args([]).fresh is False
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_tau_b_from_pair_sums_equals_scipy(seed):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 5, 40)
-    y = rng.integers(0, 5, 40)
-    s = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j])
-            for i in range(40) for j in range(i + 1, 40))
+def _pairs_batches(rng, space, groups, n_traj, batch_rows):
+    """Random (true, perturbed) pairs of several groups as Arrow batches of `batch_rows`
+    rows (groups interleaved), and the pairs per group as lists of arrays."""
+    lens = rng.integers(1, 9, n_traj)
+    true = [rng.integers(0, space.n, n) for n in lens]
+    pert = [np.where(rng.random(n) < 0.3, t, rng.integers(0, space.n, n))
+            for t, n in zip(true, lens, strict=True)]
+    group = rng.integers(0, len(groups), n_traj)
+    table = pa.table({
+        "mechanism": [groups[k][0] for k in group], "epsilon": [groups[k][1] for k in group],
+        "true_ids": pa.array([t.tolist() for t in true], pa.list_(pa.int32())),
+        "pert_ids": pa.array([p.tolist() for p in pert], pa.list_(pa.int32()))})
+    by_group = {groups[k]: ([true[i] for i in np.flatnonzero(group == k)],
+                            [pert[i] for i in np.flatnonzero(group == k)])
+                for k in range(len(groups))}
+    return table.to_batches(max_chunksize=batch_rows), by_group
 
-    def ties(v):
-        return sum(c * (c - 1) // 2 for c in np.unique(v, return_counts=True)[1])
 
-    assert _tau_b(int(s), 40, ties(x), ties(y)) == pytest.approx(
-        kendalltau(x, y).statistic, rel=1e-12)
+@pytest.mark.parametrize("batch_rows", [1, 7, 1000])
+def test_the_metrics_task_counts_sum_to_the_reference_figures(batch_rows):
+    """The Spark task function (`counts_fn`, run here on Arrow batches without a JVM): counts
+    per group from batches of any size, added over two 'tasks', give the numpy definitions'
+    figures for each group."""
+    rng = np.random.default_rng(batch_rows)
+    space = LocationSpace.from_latlon(41.8 + rng.random(60) * 0.2, -87.7 + rng.random(60) * 0.2)
+    groups = [("atp", 1.0), ("tp", 1.0), ("atp", 4.0)]
+    batches, by_group = _pairs_batches(rng, space, groups, 300, batch_rows)
+    deltas = [0.5, 2.0]
+    fn = counts_fn(["mechanism", "epsilon"], space.coords, deltas)
+    half = len(batches) // 2
+    out = [b for task in (batches[:half], batches[half:]) for b in fn(iter(task))]
+    names = ["mechanism", "epsilon"] + [f.name for f in COUNT_FIELDS]
+    totals = {}
+    for b in out:
+        assert b.schema.names == names
+        for r in b.to_pylist():
+            part = M.UtilityCounts(r["trajectories"], r["error_km"], r["points"],
+                                   np.array(r["within"]), np.array(r["true_visits"]),
+                                   np.array(r["pert_visits"]))
+            key = (r["mechanism"], r["epsilon"])
+            totals[key] = totals[key] + part if key in totals else part
+    assert set(totals) == set(groups)
+    for key, (true, pert) in by_group.items():
+        got = totals[key].figures(space.diameter, deltas, 0.2)
+        want = reference_figures(true, pert, space, deltas, 0.2)
+        assert got.keys() == want.keys()
+        for name, value in want.items():
+            assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-15, nan_ok=True), name
+    assert list(fn(iter([]))) == []  # an empty task writes no row
 
 
-def test_tau_b_is_nan_for_a_constant_side():
-    assert math.isnan(_tau_b(0, 5, 10, 3))
-    assert math.isnan(_tau_b(0, 1, 0, 0))
+def test_the_metrics_task_refuses_pairs_of_different_lengths():
+    from udfs.errors import InvalidTrajectoryError
+
+    space = LocationSpace.from_latlon([41.8, 41.9, 42.0], [-87.7, -87.6, -87.5])
+    batch = pa.record_batch({"mechanism": ["atp"], "epsilon": [1.0],
+                             "true_ids": pa.array([[0, 1]], pa.list_(pa.int32())),
+                             "pert_ids": pa.array([[2]], pa.list_(pa.int32()))})
+    with pytest.raises(InvalidTrajectoryError, match="different lengths"):
+        list(counts_fn(["mechanism", "epsilon"], space.coords, [1.0])(iter([batch])))
 
 
 def test_window_order_is_validated():
@@ -73,3 +117,15 @@ def test_window_order_is_validated():
         load_config(None, ["collect.window_start=2014-06-02", "collect.window_end=2014-06-01"])
     assert load_config(None, ["collect.window_start=2014-06-02"]).collect.window_start == (
         dt.date(2014, 6, 2))
+
+
+def test_user_marks_count_each_user_and_each_releasing_user_once():
+    import pandas as pd
+
+    plan = pd.DataFrame({"user_id": ["a", "a", "a", "b", "c", "c"],
+                         "released": [False, True, True, False, True, False]})
+    marks = C._user_marks(plan)
+    assert marks["first_of_user"].tolist() == [True, False, False, True, True, False]
+    assert marks["first_released_of_user"].tolist() == [False, True, False, False, True, False]
+    none = C._user_marks(plan.assign(released=False))
+    assert not none["first_released_of_user"].any()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.metrics_oracle import reference_figures
 from udfs import metrics
 
 
@@ -35,3 +36,41 @@ def test_metrics_reject_mismatch(grid_space):
 
     with pytest.raises(InvalidTrajectoryError, match="as long as"):
         metrics.ne([np.array([0, 1])], [np.array([0])], grid_space)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_utility_from_counts_equals_the_definitions_and_counts_add_up(grid_space, seed):
+    """`utility` (the counts path production uses) equals the definitions, and the counts of
+    any split of the pairs add up to the counts of the whole."""
+    sp = grid_space
+    rng = np.random.default_rng(seed)
+    true = [rng.integers(0, sp.n, n) for n in rng.integers(1, 9, 200)]
+    pert = [np.where(rng.random(t.size) < 0.4, t, rng.integers(0, sp.n, t.size)) for t in true]
+    got = metrics.utility(true, pert, sp, (0.5, 1.0), 0.25)
+    want = reference_figures(true, pert, sp, (0.5, 1.0), 0.25)
+    assert list(got) == ["NE", "PRQ@0.5km", "PRQ@1km", "ACD", "KendallTau"] == list(want)
+    for name, value in want.items():
+        assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-15, nan_ok=True), name
+
+    def counts(ts, ps):
+        return metrics.flat_counts(np.concatenate(ts), np.concatenate(ps),
+                                   [t.size for t in ts], sp.coords, (0.5, 1.0))
+
+    cut = sorted(rng.choice(np.arange(1, 200), 3, replace=False))
+    parts = [counts(true[a:b], pert[a:b]) for a, b in zip([0, *cut], [*cut, 200], strict=True)]
+    whole, summed = counts(true, pert), parts[0] + parts[1] + parts[2] + parts[3]
+    assert summed.trajectories == whole.trajectories == 200
+    assert summed.points == whole.points
+    assert summed.error_km == pytest.approx(whole.error_km, rel=1e-12)
+    for field in ("within", "true_visits", "pert_visits"):
+        assert np.array_equal(getattr(summed, field), getattr(whole, field)), field
+
+
+def test_counts_refuse_no_pairs_and_mismatched_lengths(grid_space):
+    from udfs.errors import InvalidTrajectoryError
+
+    with pytest.raises(InvalidTrajectoryError, match="as long as"):
+        metrics.flat_counts(np.array([0, 1]), np.array([0]), [2], grid_space.coords)
+    empty = metrics.flat_counts(np.array([], int), np.array([], int), [], grid_space.coords)
+    with pytest.raises(InvalidTrajectoryError, match="no trajectories"):
+        empty.figures(grid_space.diameter)

@@ -18,6 +18,30 @@ def test_distances_and_diameter_match_haversine(grid_space):
     assert grid_space.diameter == pytest.approx(grid_space.dist.max())
 
 
+def test_distances_from_coordinates_are_the_stored_float32_numbers(grid_space):
+    """`distances_from_coords` (what Spark tasks use, holding P's coordinates only) gives
+    exactly `dist[a, b]` for every pair, both orders: the real Telecom station file when
+    ../shared/data has it (3,042 stations, 9.3 M pairs), else a generated layout."""
+    from pathlib import Path
+
+    from udfs.space import distances_from_coords
+
+    stations = Path(__file__).resolve().parents[3] / "shared" / "data" / "shanghai_telecom" / \
+        "base_stations.csv"
+    if stations.exists():
+        import pandas as pd
+
+        df = pd.read_csv(stations)
+        sp = LocationSpace.from_latlon(df.latitude, df.longitude)
+    else:
+        rng = np.random.default_rng(3)
+        sp = LocationSpace.from_latlon(30 + rng.random(1500) * 2, 120 + rng.random(1500) * 2)
+    for space in (grid_space, sp):
+        a, b = np.meshgrid(np.arange(space.n), np.arange(space.n), indexing="ij")
+        assert np.array_equal(distances_from_coords(space.coords, a, b), space.dist[a, b])
+        assert np.array_equal(distances_from_coords(space.coords, b, a), space.dist[a, b])
+
+
 def test_sectors_are_absolute_compass_sectors():
     # centre, then north, east, south, west of it
     sp = LocationSpace.from_latlon([0, 1, 0, -1, 0], [0, 0, 1, 0, -1])
