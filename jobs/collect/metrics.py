@@ -76,12 +76,17 @@ def _group_counts(pairs: DataFrame, g: list[str], coords: np.ndarray,
     totals: dict[tuple, UtilityCounts] = {}
     for r in source.mapInArrow(counts_fn(g, coords, deltas), schema).collect():
         key = tuple(r[c] for c in g)
-        part = UtilityCounts(r["trajectories"], r["error_km"], r["points"],
-                             np.asarray(r["within"], dtype=np.int64),
-                             np.asarray(r["true_visits"], dtype=np.int64),
-                             np.asarray(r["pert_visits"], dtype=np.int64))
+        part = counts_of_row(r)
         totals[key] = totals[key] + part if key in totals else part
     return totals
+
+
+def counts_of_row(r) -> UtilityCounts:
+    """The UtilityCounts of one counts row (a Spark Row or a dict of COUNT_FIELDS)."""
+    return UtilityCounts(r["trajectories"], r["error_km"], r["points"],
+                         np.asarray(r["within"], dtype=np.int64),
+                         np.asarray(r["true_visits"], dtype=np.int64),
+                         np.asarray(r["pert_visits"], dtype=np.int64))
 
 
 def counts_fn(g: list[str], coords: np.ndarray, deltas: list[float]):

@@ -10,10 +10,9 @@ import pyarrow as pa
 import pytest
 
 from jobs.collect import stage as C
-from jobs.collect.metrics import COUNT_FIELDS, counts_fn
+from jobs.collect.metrics import COUNT_FIELDS, counts_fn, counts_of_row
 from jobs.config import load_config
 from tests.metrics_oracle import reference_figures
-from udfs import metrics as M
 from udfs.space import LocationSpace
 
 
@@ -84,9 +83,7 @@ def test_the_metrics_task_counts_sum_to_the_reference_figures(batch_rows):
     for b in out:
         assert b.schema.names == names
         for r in b.to_pylist():
-            part = M.UtilityCounts(r["trajectories"], r["error_km"], r["points"],
-                                   np.array(r["within"]), np.array(r["true_visits"]),
-                                   np.array(r["pert_visits"]))
+            part = counts_of_row(r)
             key = (r["mechanism"], r["epsilon"])
             totals[key] = totals[key] + part if key in totals else part
     assert set(totals) == set(groups)
