@@ -281,6 +281,10 @@ def test_a_collection_window_collects_only_its_dates_once(spark, spark_config, r
                   window_end=days[-1].isoformat())
     again = _collect(spark, cfg, "collect-daily-again")
     assert again["trajectories_released"] == 0 and again["epsilon_spent"] == 0
+    # Airflow's rerun of a logical date (a retry, a cleared task, a second `dags test`) starts
+    # the same command again: the same window under the same run id.
+    rerun = _collect(spark, cfg, f"collect-daily-{days[-1]:%Y%m%d}")
+    assert rerun["trajectories_released"] == 0 and rerun["epsilon_spent"] == 0
     led = _ledger(spark, dataset)
     by_release = led.groupby("release_id")["date"].agg(lambda d: sorted(set(d)))
     assert [v for v in by_release.sort_index().tolist()] == [[d] for d in days]

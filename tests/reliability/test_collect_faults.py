@@ -15,9 +15,11 @@
   release's spend once (tests/reliability/test_collect_crash_sweep.py covers every other
   write boundary in-process).
 
-Every run is a subprocess with its own storage root (its own Derby metastore; the test
-session's JVM cannot host a second one). The reference run and the disturbed runs share the run
-and pseudonym keys (environment), so the same seed gives the same noise in both roots.
+Every disturbed run is a subprocess with its own storage root (its own Derby metastore; the
+test session's JVM cannot host a second one). The undisturbed reference runs in the test
+session's shared Spark session (one JVM start fewer), its snapshot filtered to this file's
+dataset. The reference and the disturbed runs share the run and pseudonym keys (environment),
+so the same seed gives the same noise in both roots.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def _write_raw(spark) -> None:
 
 
 def _snapshot(spark) -> dict:
-    """Every trajpriv_pub table (sorted rows, run-independent) and the raw ledger."""
+    """Every trajpriv_pub table (sorted rows, run-independent) and the raw ledger, this
+    dataset's rows only (the in-process reference shares its catalog with other tests)."""
     from pyspark.sql import functions as F
 
     out = {"pub": {}}
@@ -99,13 +102,16 @@ def _snapshot(spark) -> dict:
         table = f"trajpriv_pub.{name}"
         if spark.catalog.tableExists(table):
             df = spark.table(table)
+            if "dataset" in df.columns:  # `runs` has none (and is never compared to the reference)
+                df = df.where(F.col("dataset") == DATASET)
             arrays = [f.name for f in df.schema.fields if f.dataType.typeName() == "array"]
             for col in arrays:  # sortable and comparable as text
                 df = df.withColumn(col, F.to_json(F.col(col)))
             pdf = df.toPandas()
             out["pub"][name] = pdf.sort_values(list(pdf.columns)).reset_index(drop=True)
     if spark.catalog.tableExists("trajpriv_raw.privacy_ledger"):
-        out["ledger"] = spark.table("trajpriv_raw.privacy_ledger").toPandas()
+        out["ledger"] = (spark.table("trajpriv_raw.privacy_ledger")
+                         .where(F.col("dataset") == DATASET).toPandas())
     return out
 
 
@@ -193,19 +199,32 @@ def _spend(snap: dict) -> pd.Series:
 
 
 @pytest.fixture(scope="module")
-def first_runs(tmp_path_factory) -> tuple[dict, tuple[Path, Path, dict]]:
-    """Side by side (two roots, two JVMs): the reference, undisturbed A then B; and A with a
-    Python worker SIGKILLed mid-release (master local[2,2]: a task may fail once)."""
-    calm = _start_session(tmp_path_factory.mktemp("collect_calm"), "local[2]", "raw,A,B,snapB")
+def first_runs(tmp_path_factory, spark, spark_root) -> tuple[dict, tuple[Path, Path, dict]]:
+    """Side by side: A with a Python worker SIGKILLed mid-release (a subprocess, master
+    local[2,2]: a task may fail once); and the reference, undisturbed A then B, in the test
+    session's own Spark session (the same keys, so the same noise: nothing in it is
+    disturbed, so it needs no process of its own)."""
     root = tmp_path_factory.mktemp("collect_faults")
     marker = root / "worker_killed"
     killed = _start_session(root, "local[2,2]", "raw,A,snapA",
                             _env(TRAJPRIV_FAULT_KILL_WORKER=str(marker)))
     try:
-        reference = calm()
+        reference = _in_process_reference(spark, spark_root, tmp_path_factory.mktemp("calm"))
     finally:
-        disturbed = killed()  # waited for (and killed past the limit) whatever calm() did
+        disturbed = killed()  # waited for (and killed past the limit) whatever the above did
     return reference, (root, marker, disturbed)
+
+
+def _in_process_reference(spark, spark_root: Path, folder: Path) -> dict:
+    """raw, A, B and a snapshot in the shared session, under the subprocesses' keys."""
+    from jobs.config import load_config
+
+    conf = folder / "conf.yaml"
+    conf.write_text(load_config(None, _sets(spark_root, "local[2]")).to_yaml())
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRAJPRIV_RUN_KEY", RUN_KEY)
+        env.setenv("TRAJPRIV_PSEUDONYM_KEY", PSEUDONYM_KEY)
+        return _run_steps(spark, str(conf), "raw,A,B,snapB")
 
 
 @pytest.fixture(scope="module")
