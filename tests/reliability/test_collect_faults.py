@@ -82,12 +82,15 @@ def _write_raw(spark) -> None:
             date = dt.date(2014, 6, 2) + dt.timedelta(days=day)
             for k in range(int(rng.choice([0, 1, 2, 3]))):
                 n = int(rng.integers(1, 7))
+                ts = [dt.datetime.combine(date, dt.time(8 + k)) + dt.timedelta(minutes=5 * i)
+                      for i in range(n)]
                 rows.append((DATASET, f"user-{u:03d}", k, date,
-                             rng.integers(0, N_LOC, n).astype(int).tolist(), n))
+                             rng.integers(0, N_LOC, n).astype(int).tolist(), ts, n))
     write_table(spark.createDataFrame(locs), "trajpriv_pub.locations", partition_by=["dataset"],
                 replace={"dataset": DATASET})
     write_table(spark.createDataFrame(rows, "dataset string, user_id string, traj_id int, "
-                                            "date date, loc_ids array<int>, n int"),
+                                            "date date, loc_ids array<int>, "
+                                            "ts array<timestamp>, n int"),
                 "trajpriv_raw.trajectories", partition_by=["dataset", "date"],
                 replace={"dataset": DATASET})
 
