@@ -157,13 +157,19 @@ def _tail(path: Path, n: int = 3000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def _start_session(root: Path, master: str, steps: str, env: dict | None = None):
-    """Start `_session` in a subprocess; returns a function that waits for its results."""
+def _conf_file(folder: Path, root: Path, master: str) -> Path:
+    """`folder`/conf.yaml: this file's collection settings on data root `root`."""
     from jobs.config import load_config
 
-    root.mkdir(parents=True, exist_ok=True)
-    conf = root / "conf.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = folder / "conf.yaml"
     conf.write_text(load_config(None, _sets(root, master)).to_yaml())
+    return conf
+
+
+def _start_session(root: Path, master: str, steps: str, env: dict | None = None):
+    """Start `_session` in a subprocess; returns a function that waits for its results."""
+    conf = _conf_file(root, root, master)
     out, log = root / f"{steps.replace(',', '_')}.pkl", root / f"{steps.replace(',', '_')}.log"
     code = ("import sys; from tests.reliability.test_collect_faults import _session; "
             "_session(*sys.argv[1:])")
@@ -220,10 +226,7 @@ def first_runs(tmp_path_factory, spark, spark_root) -> tuple[dict, tuple[Path, P
 
 def _in_process_reference(spark, spark_root: Path, folder: Path) -> dict:
     """raw, A, B and a snapshot in the shared session, under the subprocesses' keys."""
-    from jobs.config import load_config
-
-    conf = folder / "conf.yaml"
-    conf.write_text(load_config(None, _sets(spark_root, "local[2]")).to_yaml())
+    conf = _conf_file(folder, spark_root, "local[2]")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TRAJPRIV_RUN_KEY", RUN_KEY)
         env.setenv("TRAJPRIV_PSEUDONYM_KEY", PSEUDONYM_KEY)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from jobs.config import load_config
-from tests.reliability.test_collect_faults import LIMIT_S, _env, _published, _sets, _spend
+from tests.reliability.test_collect_faults import LIMIT_S, _conf_file, _env, _published, _spend
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -63,9 +63,7 @@ def _process(root: Path, env: dict, name: str, module: str, function: str
              ) -> tuple[int, Path, Path]:
     """(exit code, results pickle, log) of `module.function(conf, STEPS, out)` in a
     subprocess on `root`."""
-    root.mkdir(parents=True, exist_ok=True)
-    conf = root / "conf.yaml"
-    conf.write_text(load_config(None, _sets(root, "local[2]")).to_yaml())
+    conf = _conf_file(root, root, "local[2]")
     out, log = root / f"{name}.pkl", root / f"{name}.log"
     code = f"import sys; from {module} import {function}; {function}(*sys.argv[1:])"
     with open(log, "w") as fh:
