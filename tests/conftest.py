@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -23,59 +24,88 @@ _USER_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS")
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTS)
 
 
-_ARCHIVE_FOLDER = pytest.StashKey[Path]()
+_ARCHIVE_BUILD = pytest.StashKey[tuple[Path, subprocess.Popen]]()
 _JVM_MARKERS = ("spark", "airflow", "slow")
+
+
+def _starts_a_jvm(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) for m in _JVM_MARKERS)
 
 
 def _use_jvm_archive(config: pytest.Config) -> None:
     """A class-data-sharing archive of Spark's JVM for the rest of the session
     (tests/jvm_archive.py: about half of each JVM start), unless SPARK_SUBMIT_OPTS was set by
-    whoever runs the suite. Subprocesses and xdist workers inherit it through the environment."""
-    if _USER_JVM_OPTS is not None or _ARCHIVE_FOLDER in config.stash:
+    whoever runs the suite. Built in the background while the tests that start no JVM run;
+    subprocesses and xdist workers inherit its options through the environment."""
+    if _USER_JVM_OPTS is not None or _ARCHIVE_BUILD in config.stash:
         return
     from tests import jvm_archive
 
     folder = Path(tempfile.mkdtemp(prefix="trajpriv-jvm-"))
-    config.stash[_ARCHIVE_FOLDER] = folder
-    os.environ["SPARK_SUBMIT_OPTS"] = jvm_archive.options(JVM_OPTS,
-                                                          jvm_archive.build(folder, JVM_OPTS))
+    proc, opts = jvm_archive.start(folder, JVM_OPTS)
+    config.stash[_ARCHIVE_BUILD] = (folder, proc)
+    os.environ["SPARK_SUBMIT_OPTS"] = opts
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Under pytest-xdist, the controlling process builds it before the workers start.
+    # Under pytest-xdist, the controlling process starts it before the workers start.
     if (config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")
             and not config.option.collectonly):
         _use_jvm_archive(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    folder = config.stash.get(_ARCHIVE_FOLDER, None)
-    if folder is not None:
+    build = config.stash.get(_ARCHIVE_BUILD, None)
+    if build is not None:
+        folder, proc = build
+        if proc.poll() is None:  # the session ended first (an early failure, -x, Ctrl-C)
+            proc.kill()
+            proc.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that starts a JVM waits for the archive's build to end (before its fixtures)."""
+    if _starts_a_jvm(item):
+        from tests import jvm_archive
+
+        jvm_archive.wait()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files marked `slow` first, each file's tests together, otherwise collection order.
+    """Files that start no JVM first, then files marked `slow`, then the rest; each file's
+    tests together, otherwise collection order.
 
     Under `make test` (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) each worker takes
-    the next file from this order when it is free: the files of several minutes start at once
-    and the many short files fill the gaps, so no long file starts last (xdist's own order, most
-    tests first, started the 20-minute DAG run 18 minutes in). A serial run is unaffected in
-    substance: the same tests, heavy files first.
+    the next file from this order when it is free. The JVM-free files run while the JVM class
+    archive is built in the background (one core for about 45 s, which the suite used to
+    wait for); then the files of several minutes start at once and the many short JVM files
+    fill the gaps, so no long file starts last (xdist's own order, most tests first, started
+    the 20-minute DAG run 18 minutes in). A serial run is unaffected in substance: the same
+    tests, in that order.
     """
     def file_of(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
     first_index: dict[str, int] = {}
     slow_file: set[str] = set()
+    jvm_file: set[str] = set()
     for index, item in enumerate(items):
         first_index.setdefault(file_of(item), index)
         if item.get_closest_marker("slow") is not None:
             slow_file.add(file_of(item))
-    items.sort(key=lambda item: (file_of(item) not in slow_file, first_index[file_of(item)]))
+        if _starts_a_jvm(item):
+            jvm_file.add(file_of(item))
+
+    def group(item: pytest.Item) -> int:
+        f = file_of(item)
+        return 0 if f not in jvm_file else 1 if f in slow_file else 2
+
+    items.sort(key=lambda item: (group(item), first_index[file_of(item)]))
     # A serial run builds the JVM archive when it will start a JVM at all.
     if (not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly
-            and any(item.get_closest_marker(m) for item in items for m in _JVM_MARKERS)):
+            and jvm_file):
         _use_jvm_archive(config)
 
 
@@ -122,6 +152,9 @@ def spark(spark_config):
     # there the optimising compiler pays for itself, so it runs without the C1-only cap (same
     # class archive). Measured quiet: a small warm collect 15-20 s C1-only, 11-13 s with all
     # tiers; the crash-sweep file 268 s / 471 CPU-s C1-only, 248 s / 443 CPU-s with all tiers.
+    from tests import jvm_archive
+
+    jvm_archive.wait()
     with pytest.MonkeyPatch.context() as env:
         if _USER_JVM_OPTS is None:
             opts = os.environ.get("SPARK_SUBMIT_OPTS", "")

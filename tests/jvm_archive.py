@@ -12,6 +12,12 @@ The archive is built once per test session, before any worker starts, by one sma
 options do not match the archive (another checkout's `.venv`, a standalone worker) ignores it;
 `-Xlog:cds=off,cds+dynamic=off` keeps that from printing a warning into a job's output, which
 tests of one-line error messages read. If the build fails, the suite runs without it.
+
+The build runs in the background (`start`, about 45 s, one core) while the tests that start no
+JVM run: the JVM options name the archive's final path from the start, the build dumps under
+another name and renames the file when it is complete, so a JVM sees the whole archive or none
+(Java then starts without sharing, silently), and `wait` holds a test that starts a JVM until
+the build has ended, one way or the other.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +53,19 @@ stop_spark(spark)
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
 
 
+ARCHIVE = "spark-classes.jsa"
+#: Written by the background build when it has ended (its content: "built" or "failed").
+DONE = "done"
+#: Where the background build writes (set by `start` for the workers and every subprocess).
+FOLDER_ENV = "TRAJPRIV_TESTS_JVM_ARCHIVE"
+
+
 def build(folder: Path, jvm_opts: str, timeout_s: float = 600) -> Path | None:
     """Dump the archive into `folder` with a JVM run under `jvm_opts`; its path, or None (and
-    the reason on stderr) when Java could not write one."""
-    archive = folder / "spark-classes.jsa"
-    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_opts} -XX:ArchiveClassesAtExit={archive}",
+    the reason on stderr) when Java could not write one. Java writes it under a temporary
+    name; it gets its final name only once complete."""
+    archive, partial = folder / ARCHIVE, folder / f"building-{ARCHIVE}"
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_opts} -XX:ArchiveClassesAtExit={partial}",
            "PYTHONPATH": str(ROOT)}
     try:
         proc = subprocess.run([sys.executable, "-c", _WARM_UP, str(folder / "root")], cwd=ROOT,
@@ -59,13 +74,43 @@ def build(folder: Path, jvm_opts: str, timeout_s: float = 600) -> Path | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"tests: no JVM class archive ({exc}); JVMs start without one", file=sys.stderr)
         return None
-    if proc.returncode != 0 or not archive.is_file():
+    if proc.returncode != 0 or not partial.is_file():
         print(f"tests: no JVM class archive (exit {proc.returncode}): {proc.stderr[-500:]}",
               file=sys.stderr)
         return None
+    os.replace(partial, archive)
     return archive
 
 
+def start(folder: Path, jvm_opts: str) -> tuple[subprocess.Popen, str]:
+    """Build the archive in a background process; (the process, the JVM options naming the
+    archive) for every later JVM. Its output goes to `folder`/build.log."""
+    with open(folder / "build.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.jvm_archive", str(folder),
+                                 jvm_opts], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=log, stderr=subprocess.STDOUT)
+    os.environ[FOLDER_ENV] = str(folder)
+    return proc, options(jvm_opts, folder / ARCHIVE)
+
+
+def wait(timeout_s: float = 900) -> None:
+    """Return once the background build has ended (at once when none was started). A build
+    that takes longer than `timeout_s` is not waited for: JVMs then start without it."""
+    folder = os.environ.get(FOLDER_ENV)
+    if not folder:
+        return
+    done, deadline = Path(folder) / DONE, time.monotonic() + timeout_s
+    while not done.exists() and Path(folder).is_dir() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def options(jvm_opts: str, archive: Path | None) -> str:
-    """`jvm_opts` plus the archive (and the switch that keeps a mismatch quiet)."""
+    """`jvm_opts` plus the archive (and the switch that keeps a mismatch or a missing file
+    quiet)."""
     return f"{jvm_opts} -XX:SharedArchiveFile={archive} {QUIET}" if archive else jvm_opts
+
+
+if __name__ == "__main__":  # the background build of `start`
+    target = Path(sys.argv[1])
+    built = build(target, sys.argv[2])
+    (target / DONE).write_text("built" if built else "failed")

@@ -1,20 +1,22 @@
 """Training faults (issue 10): a killed `trajpriv train` resumes to the same result, and a
-checkpoint write cut short leaves the previous checkpoint usable.
+checkpoint write cut short leaves the previous checkpoint usable. One chain of runs on one
+checkpoint folder (each `trajpriv train` is a JVM, torchrun and two ranks):
 
 * Killed between rounds: `trajpriv train` (driver, JVM, torchrun and its two ranks) runs as a
   subprocess in its own process group; once round 1's checkpoint is complete (LATEST.json, rank
   0 then stalls on the fault seam TRAJPRIV_FAULT_TRAIN=0:1:hold), the group gets SIGKILL. The
   ranks live in sessions of their own (torchrun starts them so) and must exit by themselves
-  (models.distributed._exit_with_launcher); then `--resume` must end with the same final weights
-  (policy, value net, every critic, optimisers, random streams) and the same epsilon as an
-  uninterrupted run, bit for bit: same seed, same world size, same order of sums.
-* Killed during a checkpoint write: the fault seam `udfs.faults.checkpoint_write` that
-  models/checkpoint.py calls (TRAJPRIV_FAULT_CHECKPOINT="ROUND:FOLDER") truncates the temporary
-  file to half and SIGKILLs the writing process; the previous checkpoint must load and resume to
-  the same result, and the torn file must never be the one a reader finds (temp file +
-  os.replace). The job's error names rank 0 as the rank that died without a message whichever
-  reaches rank 1 first, rank 0's closed connection or torchrun's SIGTERM (rank 1 then leaves
-  `rank1.error` or `rank1.stopped`; jobs.train.stage.rank_errors).
+  (models.distributed._exit_with_launcher).
+* Killed during a checkpoint write: its resume runs with the fault seam
+  `udfs.faults.checkpoint_write` that models/checkpoint.py calls
+  (TRAJPRIV_FAULT_CHECKPOINT="ROUND:FOLDER"), which truncates the temporary file to half and
+  SIGKILLs the writing process in round 2; the torn file must never be the one a reader finds
+  (temp file + os.replace). The job's error names rank 0 as the rank that died without a
+  message whichever reaches rank 1 first, rank 0's closed connection or torchrun's SIGTERM
+  (rank 1 then leaves `rank1.error` or `rank1.stopped`; jobs.train.stage.rank_errors).
+* Then `--resume` must end with the same final weights (policy, value net, every critic,
+  optimisers, random streams) and the same epsilon as an uninterrupted run, bit for bit: same
+  seed, same world size, same order of sums.
 The uninterrupted baseline and the toy tables are made once per module in a subprocess (its own
 storage root, hence its own Derby metastore: it cannot share the test session's JVM).
 """
@@ -204,9 +206,36 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 @pytest.mark.spark
-def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline):
+def test_killed_between_rounds_then_during_a_checkpoint_write_resumes_to_the_same_result(
+        baseline):
+    """One run, two faults, then a resume: the same final state as the uninterrupted run.
+
+    1. `trajpriv train` is SIGKILLed (whole process group) after committing round 1: its
+       orphaned ranks exit by themselves and commit nothing more.
+    2. Its resume dies while rank 0 writes round 2's shared checkpoint: the job fails with
+       rank 0 named, and round 1 stays the latest complete checkpoint (the torn file is never
+       the one a reader finds).
+    3. The next resume reproduces the uninterrupted run bit for bit.
+    One chain instead of two runs from scratch: each `trajpriv train` is a JVM, torchrun and
+    two ranks (about half a minute of CPU), and step 2 is a checkpoint write like any other.
+    """
     conf, runs = baseline
     ckpt = runs / "killed" / "checkpoint"
+    _kill_between_rounds(conf, runs, ckpt)
+    _torn_checkpoint_write(conf, runs, ckpt)
+
+    staging = runs.parent / "staging"
+    log = conf.parent / "resumed.log"
+    res = _cli(conf, "--resume", "killed", "--run-id", "resumed", log=log)
+    assert res.wait(timeout=LIMIT_S) == 0, _tail(log)
+    assert _run_figures(runs, "resumed")["resumed_at_round"] == 1
+    _assert_same_result(runs, ckpt, "resumed")
+    assert not list(staging.glob("train-*"))  # the next run removed the stale shards
+    assert not (ckpt / "round-000002").exists()  # older rounds, torn file included, cleaned up
+
+
+def _kill_between_rounds(conf: Path, runs: Path, ckpt: Path) -> None:
+    """SIGKILL `trajpriv train` once round 1 is committed; its ranks must leave by themselves."""
     log = conf.parent / "killed.log"
     # rank 0 stalls before round 2, after committing round 1 (fault hook `hold`): the kill lands
     # at a known round however fast the toy rounds are
@@ -235,27 +264,16 @@ def test_killed_between_rounds_resumes_to_the_same_weights_and_epsilon(baseline)
     for p in left:  # clean up before failing: processes this test started
         os.kill(p, signal.SIGKILL)
     assert not left, f"processes of the killed run still alive: {sorted(left)}"
-    k = json.loads((ckpt / "LATEST.json").read_text())["round"]
-    assert k == 1  # the orphaned ranks committed nothing after the kill
+    assert json.loads((ckpt / "LATEST.json").read_text())["round"] == 1  # nothing after the kill
     assert not (runs / "killed" / "policy.pt").exists()  # it never finished
-    staging = runs.parent / "staging"
-    assert (staging / "train-killed").is_dir()  # its users' shards, left behind by the kill
-
-    log2 = conf.parent / "resumed.log"
-    res = _cli(conf, "--resume", "killed", "--run-id", "resumed", log=log2)
-    assert res.wait(timeout=LIMIT_S) == 0, _tail(log2)
-    assert _run_figures(runs, "resumed")["resumed_at_round"] == k
-    _assert_same_result(runs, ckpt, "resumed")
-    assert not list(staging.glob("train-*"))  # the next run removed the stale shards
+    assert (runs.parent / "staging" / "train-killed").is_dir()  # its users' shards, left behind
 
 
-@pytest.mark.spark
-def test_killed_during_a_checkpoint_write_keeps_the_previous_one(baseline):
-    conf, runs = baseline
-    ckpt = runs / "torn" / "checkpoint"
+def _torn_checkpoint_write(conf: Path, runs: Path, ckpt: Path) -> None:
+    """Resume the killed run; rank 0 dies while writing round 2's shared checkpoint."""
     log = conf.parent / "torn.log"
-    # rank 0 dies while writing the shared checkpoint of round 2
-    proc = _cli(conf, "--run-id", "torn", log=log, env=_env(**{CHECKPOINT: "2:shared"}))
+    proc = _cli(conf, "--resume", "killed", "--run-id", "torn", log=log,
+                env=_env(**{CHECKPOINT: "2:shared"}))
     assert proc.wait(timeout=LIMIT_S) == 1, _tail(log)  # EXIT_FAILURE, not a crash of the CLI
     failed = [ln for ln in _tail(log, 20000).splitlines() if ln.startswith("trajpriv train: ")]
     assert failed and failed[-1].startswith("trajpriv train: failed:"), _tail(log)
@@ -272,13 +290,6 @@ def test_killed_during_a_checkpoint_write_keeps_the_previous_one(baseline):
     prev = _final(ckpt)
     assert prev["round"] == 1 and prev["shared"]["round"] == 1
     assert all(s["round"] == 1 for s in prev["ranks"])
-
-    log2 = conf.parent / "torn-resumed.log"
-    res = _cli(conf, "--resume", "torn", "--run-id", "torn-resumed", log=log2)
-    assert res.wait(timeout=LIMIT_S) == 0, _tail(log2)
-    assert _run_figures(runs, "torn-resumed")["resumed_at_round"] == 1
-    _assert_same_result(runs, ckpt, "torn-resumed")
-    assert not (ckpt / "round-000002").exists()  # older rounds, torn file included, cleaned up
 
 
 def test_fit_killed_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
