@@ -57,10 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     build = config.stash.get(_ARCHIVE_BUILD, None)
     if build is not None:
+        from tests import jvm_archive
+
         folder, proc = build
-        if proc.poll() is None:  # the session ended first (an early failure, -x, Ctrl-C)
-            proc.kill()
-            proc.wait()
+        jvm_archive.stop(proc)  # when the session ended first (an early failure, -x, Ctrl-C)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ the build has ended, one way or the other.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,13 +85,24 @@ def build(folder: Path, jvm_opts: str, timeout_s: float = 600) -> Path | None:
 
 def start(folder: Path, jvm_opts: str) -> tuple[subprocess.Popen, str]:
     """Build the archive in a background process; (the process, the JVM options naming the
-    archive) for every later JVM. Its output goes to `folder`/build.log."""
+    archive) for every later JVM. Its output goes to `folder`/build.log; the process leads a
+    session of its own, so `stop` ends its JVM with it."""
     with open(folder / "build.log", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tests.jvm_archive", str(folder),
                                  jvm_opts], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     os.environ[FOLDER_ENV] = str(folder)
     return proc, options(jvm_opts, folder / ARCHIVE)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a build still running (the test session ended first), its JVM included."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def wait(timeout_s: float = 900) -> None:
