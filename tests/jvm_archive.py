@@ -7,7 +7,7 @@ Java 17 can dump the classes one run loaded into an archive (`-XX:ArchiveClasses
 later JVMs map instead of loading (`-XX:SharedArchiveFile`): a session's start plus a small
 write went from 32-38 s to 18-20 s wall at load 3 on this 2-core machine.
 
-The archive is built once per test session, before any worker starts, by one small session
+The archive is built once per test session, started before any worker, by one small session
 (start, a table write, an Arrow round trip through a pandas UDF). A JVM whose class path or
 options do not match the archive (another checkout's `.venv`, a standalone worker) ignores it;
 `-Xlog:cds=off,cds+dynamic=off` keeps that from printing a warning into a job's output, which
@@ -22,6 +22,7 @@ the build has ended, one way or the other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -98,10 +99,8 @@ def start(folder: Path, jvm_opts: str) -> tuple[subprocess.Popen, str]:
 def stop(proc: subprocess.Popen) -> None:
     """End a build still running (the test session ended first), its JVM included."""
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
 
