@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= conf/default.yaml
 
-.PHONY: run test venv browser postgres-deps postgres bench clean-data airflow-venv airflow-run dist
+.PHONY: run test envs venv browser postgres-deps postgres bench clean-data airflow-venv airflow-run dist
 
 venv: $(STAMP)
 
@@ -22,10 +22,16 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 run: $(STAMP)
 	$(VENV)/bin/trajpriv run --config $(CONFIG)
 
+# What the suite needs. The two environments share nothing, so they are built side by side
+# (fresh machine, empty pip cache: 91-116 s instead of 139-167 s one after the other); the apt
+# installs run first, one after the other (dpkg takes one lock).
+envs: browser postgres-deps
+	@$(MAKE) --no-print-directory -j2 venv airflow-venv
+
 # Three workers (pytest-xdist), each test file on one worker (--dist loadfile): most tests wait
 # on JVM starts and subprocesses, and a file's module fixtures (a trained baseline, a reference
 # collection) are then built once, not once per worker.
-test: $(STAMP) browser postgres-deps airflow-venv
+test: envs
 	$(VPY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
