@@ -18,6 +18,11 @@ Three rates side by side, per mechanism (points per CPU second of one process, b
   second of the job on its one core (JVM, Arrow and Python worker included; the load average
   is printed beside it), and points / CPU second of the kernel calls inside the worker.
 A per-point loop ATP (`atp-loop`, the algorithm one point at a time) is the slow reference.
+
+A second table gives the kernel rate of ATP and TP under each combiner (`collect.combiner`,
+post-processing of the two copies): the mechanism's draws are the same under all four, so the
+`paper` column (Eq. 7, one `np.minimum`) is the rate of the perturbation itself and the others
+show what each combiner's choice costs on top of it (`--no-combiners` skips the table).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from udfs.granularity import choose_granularity  # noqa: E402
 from udfs.mechanisms import SquareWave  # noqa: E402
 from udfs.space import LocationSpace  # noqa: E402
 from udfs.streams import keys_from  # noqa: E402
+from udfs.tp import COMBINERS  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -212,12 +218,14 @@ def main():
     ap.add_argument("--users", type=int, default=100)
     ap.add_argument("--spark-users", type=int, default=2000)
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-combiners", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
+    data = spaces(args.points, rng)
     print(f"{'|P|':>6} {'data':>9} {'mech':>9} {'kernel pts/s':>13} {'per-user pts/s':>15}"
           f" {'ms/call (1x10)':>15} {'Spark pts/s':>12} {'Spark kernel':>13} {'first call s':>13}")
     mechs = ("atp", "tp", "exp")
-    for name, sp, trajs in spaces(args.points, rng):
+    for name, sp, trajs in data:
         npts = sum(map(len, trajs))
         users = [[trajs[i] for i in rng.choice(len(trajs), 10)] for _ in range(args.users)]
         upts = sum(len(t) for u in users for t in u)
@@ -245,7 +253,27 @@ def main():
         dt = cpu_best(lambda s=sub, p=sp: [atp_loop(p, t, 4.0, rng) for t in s], args.repeats)
         print(f"{sp.n:>6} {name:>9} {'atp-loop':>9} {sum(map(len, sub)) / dt:>13,.0f}",
               flush=True)
+    if not args.no_combiners:
+        combiner_rates(data, args.repeats)
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+
+def combiner_rates(data, repeats, eps=4.0):
+    """Kernel points per CPU second of ATP and TP under each combiner, same input and keys."""
+    print("\nkernel pts/s by combiner (eps 4; `paper` = the mechanism's draws and Eq. 7 only)")
+    print(f"{'|P|':>6} {'data':>9} {'mech':>5}" + "".join(f" {c:>12}" for c in COMBINERS))
+    for name, sp, trajs in data:
+        npts = sum(map(len, trajs))
+        keys = keys_from(np.random.default_rng(1), len(trajs))
+        for mech in ("atp", "tp"):
+            rates = []
+            for comb in COMBINERS:
+                perturb(trajs[:200], sp, eps, mech, 0, combiner=comb)  # warm the caches
+                dt = cpu_best(lambda m=mech, c=comb, p=sp, t=trajs, k=keys:
+                              perturb(t, p, eps, m, k, combiner=c), repeats)
+                rates.append(npts / dt)
+            print(f"{sp.n:>6} {name:>9} {mech:>5}" + "".join(f" {r:>12,.0f}" for r in rates),
+                  flush=True)
 
 
 if __name__ == "__main__":
