@@ -86,15 +86,6 @@ def spaces(n_points, rng):
     return out
 
 
-def best_time(fn, repeats):
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def em_loop(space, p, eps, dom, rng):
     w = np.exp(-eps * space.dist[p, dom].astype(float) / (2 * space.diameter))
     return int(dom[rng.choice(dom.size, p=w / w.sum())])
