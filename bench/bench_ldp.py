@@ -251,7 +251,8 @@ def main():
 
 def combiner_rates(data, repeats, eps=4.0):
     """Kernel points per CPU second of ATP and TP under each combiner, same input and keys."""
-    print("\nkernel pts/s by combiner (eps 4; `paper` = the mechanism's draws and Eq. 7 only)")
+    print(f"\nkernel pts/s by combiner (eps {eps:g}; "
+          "`paper` = the mechanism's draws and Eq. 7 only)")
     print(f"{'|P|':>6} {'data':>9} {'mech':>5}" + "".join(f" {c:>12}" for c in COMBINERS))
     for name, sp, trajs in data:
         npts = sum(map(len, trajs))
