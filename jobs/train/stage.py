@@ -169,6 +169,7 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
     """Run `models.distributed.run_rank(job)` on `world` ranks; returns TorchDistributor's value."""
     from pyspark.ml.torch.distributor import TorchDistributor
 
+    from jobs.train.log_server import bound_log_server
     from models.distributed import run_rank
 
     root = str(Path(__file__).resolve().parents[1])  # ranks are fresh interpreters
@@ -180,7 +181,8 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
     if distributor.num_processes != world:  # TorchDistributor lowers it to the GPUs it sees
         raise ConfigError(f"TorchDistributor would run {distributor.num_processes} rank(s), not "
                           f"train.num_processes={world}: declare one GPU per rank to Spark")
-    with warnings.catch_warnings(), rank_threads(world if cfg.train.local_mode else 1):
+    with (warnings.catch_warnings(), rank_threads(world if cfg.train.local_mode else 1),
+          bound_log_server()):
         # pyspark leaves the torchrun process's stdout pipe unclosed: a ResourceWarning when it
         # is collected. Known and harmless; ignored here only, with the collection done inside.
         warnings.filterwarnings("ignore", category=ResourceWarning)
