@@ -195,7 +195,9 @@ class RankJob:
     stop_after: int | None = None
     timeout_s: float = 1800.0
     meta: dict = field(default_factory=dict)  # copied into the summary (ids, names)
-    init: tuple[str, int, int, int] | None = None  # (addr, port, rank, world); None: env://
+    # (addr, port, rank, world): every rank joins the TCPStore its launcher serves at addr:port
+    # (tests; the launcher binds port 0 and hands out the port it got). None: env:// (torchrun).
+    init: tuple[str, int, int, int] | None = None
     use_gpu: bool = False  # NCCL and cuda:LOCAL_RANK (see select_placement)
 
 
@@ -314,9 +316,12 @@ def _init(job: RankJob) -> Placement:
     if job.init is None:
         dist.init_process_group(placement.backend, timeout=timeout)
     else:
+        # A client of the launcher's store, never a server: a port chosen free and bound later
+        # by rank 0 can be taken in between, or be held on another address (EADDRINUSE).
         addr, port, rank, world = job.init
-        dist.init_process_group(placement.backend, init_method=f"tcp://{addr}:{port}",
-                                rank=rank, world_size=world, timeout=timeout)
+        store = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+        dist.init_process_group(placement.backend, store=store, rank=rank, world_size=world,
+                                timeout=timeout)
     return placement
 
 

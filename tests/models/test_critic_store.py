@@ -8,10 +8,7 @@ for why that tolerance holds).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import multiprocessing as mp
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -22,9 +19,10 @@ from models.critic_store import (
     merge_critic_shards,
     save_critic_shard,
 )
-from models.distributed import RankJob, check_summary, run_rank
+from models.distributed import RankJob, check_summary
 from models.train import fit
 from tests.models._toy import tiny_config, toy_data
+from tests.models.test_distributed import run_world, toy_shard
 from udfs.errors import InputDataError
 
 TINY = tiny_config(spectral_norm=True)
@@ -79,33 +77,10 @@ def test_incomplete_or_stale_shards_are_refused(one_process, tmp_path):
         load_user_critics(tmp_path / "none")
 
 
-def _shard(rank: int, world: int, n_users: int = 6):
-    data = toy_data(n_users=n_users)
-    rows = [u for u in range(n_users) if u % world == rank]  # interleaved, not contiguous
-    return type(data)([data.days_per_user[u] for u in rows], data.coords, rows), \
-        torch.tensor(rows), n_users
-
-
-def _child(job: RankJob, queue) -> None:
-    torch.set_num_threads(1)
-    queue.put((job.init[2], run_rank(job)))
-
-
 @pytest.mark.slow
 def test_two_ranks_save_the_critics_of_one_process(one_process, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    job = RankJob(TINY.to_dict(), 2, functools.partial(_shard, n_users=6), str(tmp_path))
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(dataclasses.replace(
-        job, init=("127.0.0.1", port, r, 2)), queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = dict(queue.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+    job = RankJob(TINY.to_dict(), 2, functools.partial(toy_shard, n_users=6), str(tmp_path))
+    out = run_world(job, 2)
     summary = check_summary(out[0], 2)
     assert sorted(r["critics"].rsplit("/", 1)[1] for r in summary["ranks"]) == \
         ["rank0.pt", "rank1.pt"]

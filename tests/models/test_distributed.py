@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import multiprocessing as mp
-import socket
 from collections import namedtuple
 
 import pytest
@@ -26,6 +25,7 @@ from models.distributed import (
     RankFailedError,
     RankJob,
     TorchComm,
+    _init,
     check_summary,
     run_rank,
     select_placement,
@@ -51,10 +51,15 @@ def _child(job: RankJob, queue) -> None:
     queue.put((job.init[2], run_rank(job)))
 
 
+def launcher_store() -> dist.TCPStore:
+    """The store the ranks of a test join (`RankJob.init`), served by the test itself on a port
+    the kernel chose: held from the moment it is known, so no other process can take it."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
 def run_world(job: RankJob, world: int, timeout: float = 300) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    store = launcher_store()  # served until this function returns, after every rank is done
+    port = store.port
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_child, args=(dataclasses.replace(
@@ -171,13 +176,27 @@ def test_to_cpu_keeps_the_structure_and_moves_every_tensor():
     assert isinstance(out["seq"], tuple) and out["seq"][1] == "x" and out["none"] is None
 
 
+def test_a_rank_joins_the_launchers_store_and_binds_no_port_itself():
+    """`RankJob.init` names the store the launcher serves; rank 0 joins it as a client. Before,
+    rank 0 served the store itself on a port the test had only probed free, which another
+    process could take in between; against a served port that bind fails every time
+    (EADDRINUSE), so this test failed before the change."""
+    store = launcher_store()
+    job = RankJob(TINY.to_dict(), 1, toy_shard, "unused", timeout_s=60,
+                  init=("127.0.0.1", store.port, 0, 1))
+    placement = _init(job)
+    try:
+        assert placement.device.type == "cpu" and dist.get_world_size() == 1
+        comm = TorchComm(placement.device)
+        assert comm.all_reduce_sum(torch.tensor([2.0])).item() == 2.0
+    finally:
+        dist.destroy_process_group()
+
+
 def test_torch_comm_moves_through_its_device_and_back():
     """The device path of the collectives (to the comm device, reduce/gather, back to the
     caller's device) with device "cpu" in a one-rank gloo group; the caller's tensor stays."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         comm = TorchComm(torch.device("cpu"))
         x = torch.tensor([1.0, 2.0], dtype=torch.float64)

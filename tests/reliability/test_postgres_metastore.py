@@ -11,6 +11,8 @@ query's counts must equal either the state before the release or the state after
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import pickle
 import re
 import shutil
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,14 +37,35 @@ QUERY = ("SELECT mechanism, count(*) AS n FROM trajpriv_pub.perturbed_trajectori
          "GROUP BY mechanism ORDER BY mechanism")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports() -> Iterator[int]:
+    """Ports free on 127.0.0.1 when probed (the probe's socket is closed before each is used)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        yield port
 
 
-@pytest.fixture(scope="module")
-def pg_url():
+def start_on_a_free_port(folder: Path, ports: Iterator[int], tries: int = 5) -> str:
+    """`metastore_pg.start` on the first port of `ports` that the server could bind.
+
+    PostgreSQL cannot be told to choose its own port, so the port is probed free first and
+    bound by the server seconds later (after initdb): another process may take it in between.
+    The server then refuses to start ("Address already in use" in its log) and the next port
+    is tried, so the outcome never depends on that race."""
+    log = folder / "server.log"
+    for attempt in range(tries):
+        seen = log.stat().st_size if log.exists() else 0
+        try:
+            return metastore_pg.start(folder, next(ports))
+        except subprocess.CalledProcessError:
+            new = log.read_bytes()[seen:] if log.exists() else b""
+            if b"Address already in use" not in new or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _needs_postgres() -> None:
     try:
         metastore_pg.binary("initdb")
     except metastore_pg.PostgresUnavailable as exc:
@@ -49,12 +73,37 @@ def pg_url():
     if not metastore_pg.JDBC_JAR.exists():
         pytest.skip(f"no PostgreSQL JDBC driver at {metastore_pg.JDBC_JAR}: `make postgres` "
                     "installs Debian's libpostgresql-jdbc-java")
+
+
+@contextlib.contextmanager
+def _server_folder() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="trajpriv-pg-", dir="/tmp"))
     try:
-        yield metastore_pg.start(folder, _free_port())
+        yield folder
     finally:
         metastore_pg.stop(folder)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    _needs_postgres()
+    with _server_folder() as folder:
+        yield start_on_a_free_port(folder, _free_ports())
+
+
+def test_a_port_taken_before_the_server_binds_it_is_skipped():
+    """The race of `start_on_a_free_port`, met every time: the first port it is given is
+    held by another listener."""
+    _needs_postgres()
+    with socket.socket() as taken, _server_folder() as folder:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        url = start_on_a_free_port(folder, itertools.chain([held], _free_ports()))
+        port = int(re.search(r":(\d+)/", url).group(1))
+        assert port != held and url == metastore_pg.jdbc_url(port)
+        assert b"Address already in use" in (folder / "server.log").read_bytes()
 
 
 def _conf(root: Path, url: str) -> Path:
