@@ -25,11 +25,9 @@ import threading
 from collections.abc import Iterator
 
 from pyspark.ml.torch import distributor as distributor_module
-from pyspark.ml.torch.log_communication import (
-    _SERVER_POLL_INTERVAL,
-    LogStreamingServer,
-    WriteLogToStdout,
-)
+from pyspark.ml.torch.log_communication import LogStreamingServer, WriteLogToStdout
+
+POLL_S = 0.1  # how often the server looks at its shutdown flag (pyspark's own interval)
 
 
 class BoundLogStreamingServer(LogStreamingServer):
@@ -44,7 +42,7 @@ class BoundLogStreamingServer(LogStreamingServer):
         self.server = server
         self.port = server.server_address[1]
         self.serve_thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": _SERVER_POLL_INTERVAL},
+            target=server.serve_forever, kwargs={"poll_interval": POLL_S},
             name="torch-log-server", daemon=True)
         self.serve_thread.start()
 
