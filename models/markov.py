@@ -228,6 +228,20 @@ def _within(dest_p: np.ndarray, cell_of: np.ndarray) -> np.ndarray:
                     1.0 / size[cell_of])
 
 
+def move_cells(coords: np.ndarray, cell_depth: int = 5) -> np.ndarray:
+    """(L,) public coarse cell of each location: the k-d tree of `models.starts` at depth
+    `cell_depth`, capped so cells hold >= 2 locations on average."""
+    n_loc = len(coords)
+    depth = max(1, min(cell_depth, int(math.log2(max(2, n_loc // 2)))))
+    return kd_levels(np.asarray(coords, dtype=np.float64), (depth,))[0]
+
+
+def add_stats(a: Stats, b: Stats) -> Stats:
+    """The sum of two partial sums (users are disjoint: the sums add)."""
+    return Stats(a.starts + b.starts, a.actions + b.actions, a.transitions + b.transitions,
+                 a.destinations + b.destinations)
+
+
 def fit_markov(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: float,
                delta: float, seed: int, *, mechanism: str = "gaussian", accountant: str = "rdp",
                cell_depth: int = 5, tau: float = 2.0, smooth: int = 1) -> MarkovModel:
@@ -237,23 +251,38 @@ def fit_markov(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: flo
     `tau`: soft threshold of the hierarchies and the transition rows, in noise sds; `smooth`:
     the action table is pooled over slots t - smooth .. t + smooth before normalising.
     """
+    if not days_per_user:
+        raise InvalidParameterError("no users")
+    cell_of = move_cells(coords, cell_depth)
+    stats = user_stats(days_per_user, cell_of, len(coords))
+    return release_markov(stats, coords, cell_of, epsilon, delta, seed, mechanism=mechanism,
+                          accountant=accountant, tau=tau, smooth=smooth)
+
+
+def release_markov(stats: Stats, coords: np.ndarray, cell_of: np.ndarray, epsilon: float,
+                   delta: float, seed: int, *, mechanism: str = "gaussian",
+                   accountant: str = "rdp", tau: float = 2.0, smooth: int = 1) -> MarkovModel:
+    """Noise the summed per-user statistics (`user_stats`, summed over disjoint sets of users
+    with `add_stats`) and build the model: the only step that sees private data, so a
+    distributed fit sums the statistics where the users are and releases once here."""
     if mechanism not in ("gaussian", "laplace"):
         raise InvalidParameterError(f"mechanism must be 'gaussian' or 'laplace'; got {mechanism}")
     if not 0 < epsilon < math.inf or not 0 < delta < 1:
         raise InvalidParameterError(f"need 0 < epsilon < inf and 0 < delta < 1; got {epsilon}, "
                                     f"{delta}")
-    if not days_per_user:
-        raise InvalidParameterError("no users")
     coords = np.asarray(coords, dtype=np.float64)
-    n_loc = len(coords)
-    depth = max(1, min(cell_depth, int(math.log2(max(2, n_loc // 2)))))
-    cell_of = kd_levels(coords, (depth,))[0]
     levels = kd_levels(coords)
-    stats = user_stats(days_per_user, cell_of, n_loc)
     plan = calibrate(mechanism, len(levels), epsilon, delta, accountant)
     acc = PrivacyAccountant(delta, epsilon, accountant)
     acc.spend(plan.events())  # checked before any noise is drawn
     noisy = perturb(stats, plan, levels, np.random.default_rng(seed))
+    return _model_of(noisy, levels, cell_of, tau, smooth,
+                     {**acc.summary(), "mechanism": mechanism, "scale": plan.scale})
+
+
+def _model_of(noisy: dict, levels: list[np.ndarray], cell_of: np.ndarray, tau: float,
+              smooth: int, accountant: dict) -> MarkovModel:
+    """Post-processing of the noisy releases into the model's probability tables."""
 
     def hierarchy(name: str) -> np.ndarray:
         ys = [torch.as_tensor(noisy[f"{name}{i}"][0]) for i in range(len(levels))]
@@ -273,8 +302,7 @@ def fit_markov(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: flo
     # a row with nothing above the noise: the cells of the released destination distribution
     marg = _normalise_rows(np.bincount(cell_of, weights=dest_p, minlength=g), np.full(g, 1 / g))
     trans_p = _normalise_rows(kept, marg[None])
-    return MarkovModel(start_p, act_p, cell_of, trans_p, _within(dest_p, cell_of),
-                       {**acc.summary(), "mechanism": mechanism, "scale": plan.scale})
+    return MarkovModel(start_p, act_p, cell_of, trans_p, _within(dest_p, cell_of), accountant)
 
 
 # L1 and L2 sensitivity of each release under replacing one user (module docstring)
