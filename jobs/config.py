@@ -36,7 +36,14 @@ from pydantic import (
     model_validator,
 )
 
+from udfs.budget import MAX_CONFIG_EPSILON, valid_epsilon
+from udfs.collect import MECHANISMS, PUBLISHED_MECHANISMS
+from udfs.collect_kernel import PUBLISH_CHOICES, PublishOptions
 from udfs.errors import ConfigError
+
+
+#: The pipeline's stages in order, each a package `jobs.<stage>` (`trajpriv <stage>`).
+STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
 
 
 class _Section(BaseModel):
@@ -89,6 +96,11 @@ class CatalogConfig(_Section):
     postgres_user: str = "postgres"
     postgres_password_env: str | None = None
     jdbc_jar: Path = Path("/usr/share/java/postgresql.jar")
+    # The database role of analysts' sessions and the endpoints (`trajpriv serve`): it reads the
+    # metastore and sees the published database only (`python -m jobs.spark.metastore_pg
+    # analyst` creates it); its password, if any, in the environment variable named here.
+    analyst_user: str = "trajpriv_analyst"
+    analyst_password_env: str | None = None
 
     @field_validator("postgres_url")
     @classmethod
@@ -194,6 +206,9 @@ class IngestConfig(_Section):
     # strptime of the captured date (None: ISO 8601, 2014-06-01 or 20140601).
     date_from: str | None = None
     date_format: str | None = None
+    # The year of file-name dates whose `date_format` holds none ('%m_%d'); without it the
+    # year is the window's when window_start and window_end lie in one year, else refused.
+    date_year: int | None = Field(None, ge=1678, le=2261)
     # Which files of an input folder are records: `include` globs (default: the source's
     # suffixes) less `exclude` globs, on the path below `path` or the file name.
     include: list[str] | None = None
@@ -206,6 +221,29 @@ class IngestConfig(_Section):
     # grid_km km over grid_bbox (required: a public box, never the data's extremes).
     grid_km: float | None = Field(None, gt=0, le=1000)
     buckets: int = Field(8, ge=1, le=4096)
+
+    def file_date_year(self) -> int | None:
+        """The year of the file-name dates when `date_format` holds none: `date_year`, else the
+        window's one year; None when the format gives the year. ValueError (the fix named)
+        when neither is set, or when date_year would override a year the format gives."""
+        from jobs.ingest.readers.delimited import format_holds_year
+
+        if format_holds_year(self.date_format):
+            if self.date_year is not None:
+                raise ValueError(
+                    f"date_year {self.date_year} and a date_format "
+                    f"{self.date_format or 'ISO 8601'!r} that holds the year: the year would "
+                    "come from two places; remove date_year")
+            return None
+        if self.date_year is not None:
+            return self.date_year
+        start, end = self.window_start, self.window_end
+        if start is not None and end is not None and start.year == end.year:
+            return start.year
+        raise ValueError(
+            f"date_format {self.date_format!r} holds no year, so every file's date would fall "
+            "in 1900: set ingest.date_year (e.g. date_year: 2014), or window_start and "
+            "window_end within one year, or a date_format with %Y")
 
     @field_validator("date_from")
     @classmethod
@@ -287,6 +325,11 @@ class IngestConfig(_Section):
             if dated:
                 raise ValueError(f"with date_from the day comes from the file name: ts_format "
                                  f"{self.ts_format!r} may hold the time of day only, not {dated}")
+        if self.date_from is not None:
+            self.file_date_year()  # a date_format without a year needs one from the config
+        elif self.date_year is not None:
+            raise ValueError("date_year is the year of the dates ingest.date_from takes from "
+                             "file names: set date_from, or remove date_year")
         if self.grid_km is not None and self.grid_bbox is None:
             raise ValueError("grid_km needs grid_bbox [lat_min, lat_max, lon_min, lon_max]: a "
                              "public box (a box taken from the data would publish its extremes)")
@@ -298,15 +341,15 @@ class IngestConfig(_Section):
         return self
 
 
-Mechanism = Literal["tp", "atp", "exp", "uniform", "ngram", "tracs_d", "tracs_c"]
-PublishedMechanism = Literal["tp", "atp", "exp", "ngram", "tracs_d", "tracs_c"]
+# The names come from the one mechanism registry (`udfs.collect`).
+Mechanism = Literal[MECHANISMS]  # type: ignore[valid-type]
+PublishedMechanism = Literal[PUBLISHED_MECHANISMS]  # type: ignore[valid-type]
 
 
 def _finite_positive_epsilon(eps: float) -> float:
-    import math
-
-    if not math.isfinite(eps) or eps <= 0 or eps > 100:
-        raise ValueError(f"each epsilon must be finite and in (0, 100], got {eps}")
+    if not valid_epsilon(eps, at_most=MAX_CONFIG_EPSILON):
+        raise ValueError(f"each epsilon must be finite and in (0, {MAX_CONFIG_EPSILON:g}], "
+                         f"got {eps}")
     return eps
 
 
@@ -344,9 +387,15 @@ class PublishConfig(_Section):
     links only within a window) or `none` (no user column: rows of a user cannot be grouped).
     """
 
-    date: Literal["day", "week", "none"] = "day"
-    traj_key: Literal["stable", "per_release"] = "per_release"
-    pseudonym: Literal["stable", "per_window", "none"] = "per_window"
+    # Choices and defaults are the release kernel's (`udfs.collect_kernel.PublishOptions`).
+    date: Literal[PUBLISH_CHOICES["date"]] = PublishOptions.date  # type: ignore[valid-type]
+    traj_key: Literal[PUBLISH_CHOICES["traj_key"]] = (  # type: ignore[valid-type]
+        PublishOptions.traj_key)
+    pseudonym: Literal[PUBLISH_CHOICES["pseudonym"]] = (  # type: ignore[valid-type]
+        PublishOptions.pseudonym)
+    # The OS group of analysts: with one set, the published zone's folders and files are
+    # group-readable (0750/0640) and everything else under the root stays its owner's only.
+    group: str | None = None
 
 
 class CollectConfig(_Section):
@@ -383,6 +432,15 @@ class CollectConfig(_Section):
                 f"window_end {self.window_end} is before window_start {self.window_start}"
             )
         return self
+
+    def window_text(self) -> str:
+        """The collection window in words, as a log line says it ('all dates' when unset)."""
+        start, end = self.window_start, self.window_end
+        if start is None and end is None:
+            return "all dates"
+        if end is None:
+            return f"from {start}"
+        return f"{start} to {end}" if start is not None else f"up to {end}"
 
 
 class StudyConfig(_Section):
@@ -448,6 +506,22 @@ _TRAIN_RENAMED = {"method": "scheme", "critic": "critic_kind"}
 _TrainModelFields = create_model("_TrainModelFields", __base__=_Section, **_core_train_fields())
 
 
+class MarkovSettings(_Section):
+    """The DP Markov model's release (`models.markov`; method `markov`, and the Markov release
+    that private pre-training starts from): the noise (`gaussian`, Gaussian per release composed
+    under the accountant; `laplace`, pure epsilon), the k-d depth of the public move cells, the
+    soft threshold of the hierarchies and transition rows (in noise sds) and the pooling of the
+    action table over neighbouring slots. All are utility choices: the guarantee holds for any."""
+
+    mechanism: Literal["gaussian", "laplace"] = "gaussian"
+    cell_depth: int = Field(5, ge=1, le=16)
+    tau: float = Field(2.0, ge=0, allow_inf_nan=False)
+    smooth: int = Field(1, ge=0, le=46)
+
+
+LEARNED_METHODS = ("pategail", "pategail++", "ldp", "ldp++")
+
+
 class TrainConfig(_TrainModelFields):
     """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6).
 
@@ -462,7 +536,9 @@ class TrainConfig(_TrainModelFields):
     enabled: bool = True
     # pategail (uniform Laplace) by default: the sensitivity-aware pategail++ has not measured
     # better at equal epsilon (README, training section)
-    method: Literal["pategail", "pategail++", "ldp", "ldp++"] = "pategail"
+    # markov: the DP Markov chain (models/markov.py), one release of normalised per-user counts
+    method: Literal["markov", "pategail", "pategail++", "ldp", "ldp++"] = "pategail"
+    markov: MarkovSettings = Field(default_factory=MarkovSettings)
     # critic per user: bce (cross-entropy discriminator, PateGAIL's) or wgan (WGAN-GP,
     # PateGAIL++'s); unset: the method's paper
     critic: Literal["bce", "wgan"] | None = None
@@ -491,7 +567,10 @@ class TrainConfig(_TrainModelFields):
 
     @model_validator(mode="after")
     def _core_checks(self) -> TrainConfig:
-        """The core's own validation (one home for the rules), and the block layout."""
+        """The core's own validation (one home for the rules), and the block layout. The
+        Markov method trains no policy: the learned methods' settings do not apply to it."""
+        if not self.learned:
+            return self
         mc = self.model_config_of(seed=0)
         if mc.episodes_per_round % self.blocks or self.blocks % self.num_processes:
             raise ValueError(f"blocks={self.blocks} must divide episodes_per_round "
@@ -499,8 +578,16 @@ class TrainConfig(_TrainModelFields):
                              f"({self.num_processes})")
         return self
 
+    @property
+    def learned(self) -> bool:
+        """A policy trained by imitation learning (TorchDistributor ranks), not a Markov fit."""
+        return self.method in LEARNED_METHODS
+
     def model_config_of(self, seed: int):
         """The core's typed `models.config.TrainConfig` of this section, with `seed`."""
+        if not self.learned:
+            raise ConfigError(f"train.method={self.method} trains no policy: it has no core "
+                              "training config")
         from models.config import TrainConfig as CoreTrainConfig
 
         values = {name: getattr(self, name) for name in _core_train_fields()}
@@ -549,6 +636,19 @@ class ReportConfig(_Section):
     output: Path | None = None
 
 
+class ServeConfig(_Section):
+    """The analysts' endpoints of `trajpriv serve` over the published zone: Spark's Thrift
+    JDBC/ODBC server (HiveServer2 protocol) on `host:port` and Spark Connect on
+    `host:connect_port`. `auth` is HiveServer2's `hive.server2.authentication` (NONE: a user
+    name, no password; LDAP, KERBEROS or CUSTOM with their settings in `hiveconf`)."""
+
+    host: str = "localhost"
+    port: int = Field(10000, ge=1, le=65535)
+    connect_port: int = Field(15002, ge=1, le=65535)
+    auth: Literal["NONE", "NOSASL", "LDAP", "KERBEROS", "CUSTOM"] = "NONE"
+    hiveconf: dict[str, str] = Field(default_factory=dict)
+
+
 class Config(_Section):
     """The whole pipeline. `dataset` names the rows every stage reads and writes."""
 
@@ -567,6 +667,7 @@ class Config(_Section):
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @field_validator("dataset")
     @classmethod

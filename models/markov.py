@@ -49,6 +49,7 @@ no day-level memory beyond home (a day may revisit places only by chance or by g
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dp_accounting
@@ -174,6 +175,17 @@ class MarkovModel:
     def epsilon(self) -> float:
         return float(self.accountant.get("epsilon", 0.0))
 
+    TABLES = ("start_probs", "action_probs", "cell_of", "cell_trans", "within")
+
+    def save(self, path) -> None:
+        """The released tables as a .npz (arrays only, no pickle: safe to load anywhere)."""
+        np.savez(path, **{name: getattr(self, name) for name in self.TABLES})
+
+    @classmethod
+    def load(cls, path, accountant: dict | None = None) -> MarkovModel:
+        with np.load(path, allow_pickle=False) as z:
+            return cls(*(z[name] for name in cls.TABLES), accountant=dict(accountant or {}))
+
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n, 48) int64 synthetic days (post-processing of the released tables)."""
         n_loc, g = len(self.cell_of), self.cell_trans.shape[0]
@@ -261,10 +273,14 @@ def fit_markov(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: flo
 
 def release_markov(stats: Stats, coords: np.ndarray, cell_of: np.ndarray, epsilon: float,
                    delta: float, seed: int, *, mechanism: str = "gaussian",
-                   accountant: str = "rdp", tau: float = 2.0, smooth: int = 1) -> MarkovModel:
+                   accountant: str = "rdp", tau: float = 2.0, smooth: int = 1,
+                   spend: Callable[[dp_accounting.DpEvent], float] | None = None) -> MarkovModel:
     """Noise the summed per-user statistics (`user_stats`, summed over disjoint sets of users
     with `add_stats`) and build the model: the only step that sees private data, so a
-    distributed fit sums the statistics where the users are and releases once here."""
+    distributed fit sums the statistics where the users are and releases once here.
+    `spend`: charge the release's events to a caller's accountant (private pre-training
+    composes it with the rounds) instead of a fresh one; either way the release is calibrated
+    to cost at most `epsilon` on its own and is charged before any noise is drawn."""
     if mechanism not in ("gaussian", "laplace"):
         raise InvalidParameterError(f"mechanism must be 'gaussian' or 'laplace'; got {mechanism}")
     if not 0 < epsilon < math.inf or not 0 < delta < 1:
@@ -275,6 +291,8 @@ def release_markov(stats: Stats, coords: np.ndarray, cell_of: np.ndarray, epsilo
     plan = calibrate(mechanism, len(levels), epsilon, delta, accountant)
     acc = PrivacyAccountant(delta, epsilon, accountant)
     acc.spend(plan.events())  # checked before any noise is drawn
+    if spend is not None:
+        spend(plan.events())  # the caller's ledger, checked against its own target
     noisy = perturb(stats, plan, levels, np.random.default_rng(seed))
     return _model_of(noisy, levels, cell_of, tau, smooth,
                      {**acc.summary(), "mechanism": mechanism, "scale": plan.scale})

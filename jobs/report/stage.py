@@ -23,7 +23,7 @@ import yaml
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.config import Config
+from jobs.config import STAGES, Config
 from jobs.keys import pseudonym, pseudonym_key
 from jobs.report.render import ReportInputs, render_report
 from jobs.spark.catalog import table_exists
@@ -139,7 +139,9 @@ def _training(train_run: pd.Series | None) -> tuple[pd.DataFrame, list[dict]]:
     privacy = []
     if "epsilon" in figures:
         model = figures.get("privacy_model", "central")
-        setting = f"{figures.get('rounds_done', '?')} rounds, {model} epsilon"
+        setting = (f"one DP Markov release ({figures.get('mechanism')} noise), {model} epsilon"
+                   if figures.get("method") == "markov"
+                   else f"{figures.get('rounds_done', '?')} rounds, {model} epsilon")
         if model == "local":
             setting += " (per user, against the server)"
         for warning in figures.get("warnings") or []:
@@ -238,7 +240,7 @@ def _map_points(spark: SparkSession, cfg: Config) -> pd.DataFrame:
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     runs = _runs(spark, cfg.dataset)
     latest = {stage: _latest_ok(runs, stage)
-              for stage in ("study", "collect", "train", "synthesize", "evaluate")}
+              for stage in STAGES[STAGES.index("study"):STAGES.index("report")]}
     run_ids = [r["run_id"] for r in (latest["study"], latest["evaluate"]) if r is not None]
     from jobs.spark.ledger import collect_releases
 

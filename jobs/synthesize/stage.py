@@ -1,10 +1,11 @@
 """`trajpriv synthesize`: N synthetic days from a trained run, generated over Spark partitions.
 
 Reads the run's `policy.pt` (latest ok train run of the dataset in `trajpriv_pub.runs`, or
-`--train-run ID`), broadcasts it, and lets partition p of `synthesize.partitions` generate its
-share of `synthesize.n_days` days with a torch.Generator seeded from HMAC(run key, train run id,
-p) (`mapInPandas`; no user data is read: the policy and the DP start distribution are already
-private, so this is post-processing and spends nothing).
+`--train-run ID`; for a `markov` run its `markov.npz`, sampled by
+`jobs.train.markov.sample_partition`), broadcasts it, and lets partition p of
+`synthesize.partitions` generate its share of `synthesize.n_days` days with a generator
+seeded from HMAC(run key, train run id, p) (`mapInPandas`; no user data is read: the model and
+its start distribution are already private, so this is post-processing and spends nothing).
 Writes `trajpriv_pub.synthetic_trajectories` (run_id = the train run, dataset, model, epsilon,
 delta, privacy_model (`central`: user-level epsilon with a trusted aggregator; `local`: per-user
 local epsilon of ldp / ldp++), traj_no, slots array<int> of location ids), replacing that
@@ -101,11 +102,15 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     train_run, figs = find_train_run(spark, cfg, getattr(ctx.args, "train_run", None))
-    path = cfg.storage.runs_dir / train_run / "policy.pt"
+    markov = figs.get("method") == "markov"
+    if markov:
+        from jobs.train.markov import ARTEFACT, sample_partition
+    path = cfg.storage.runs_dir / train_run / (ARTEFACT if markov else "policy.pt")
     if not path.exists():
-        raise InputDataError(f"train run {train_run} has no policy at {path}")
+        raise InputDataError(f"train run {train_run} has no model at {path}")
     blob = path.read_bytes()
-    art_meta = _peek(blob)
+    art_meta = {"scheme": "markov"} if markov else _peek(blob)
+    generate = sample_partition if markov else generate_partition
     seed = synth_seed(cfg, train_run)
     n, parts = cfg.synthesize.n_days, cfg.synthesize.partitions
     plan = shares(n, parts)
@@ -116,7 +121,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
             for p in pdf["id"].tolist():
                 first, count = plan[p]
                 if count:
-                    yield generate_partition(bc.value, seed, p, first, count)
+                    yield generate(bc.value, seed, p, first, count)
 
     days = spark.range(0, parts, numPartitions=parts).mapInPandas(
         kernel, "traj_no long, slots array<int>")

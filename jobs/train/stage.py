@@ -240,6 +240,8 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     from jobs.train.data import load_locations, load_shard, stage_shards, write_split
     from models.distributed import RankFailedError, RankJob, check_summary
 
+    if not cfg.train.learned:
+        return run_markov(spark, cfg, ctx)
     check_slots(cfg)
     check_devices(cfg)
     check_spark_gpus(spark, cfg)
@@ -271,8 +273,8 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
                  meta["n_users"], world, mc.rounds, mc.scheme, mc.privacy_model)
         # Charge the ledger before any release: the target epsilon is an upper bound of what
         # the run can spend (it stops before exceeding it), so a crash never under-counts.
-        charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc,
-                        state="planned", epsilon=cfg.train.target_epsilon)
+        charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"],
+                        ledger_model(mc), state="planned", epsilon=cfg.train.target_epsilon)
         t1, t1_wall = time.perf_counter(), time.time()
         try:  # no summary, or a failed one: the ranks' files name the cause (rank_errors)
             result = launch(spark, cfg, job, world)
@@ -289,8 +291,44 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         shutil.rmtree(staging, ignore_errors=True)
     write_trusted(out_dir, summary, split, meta)
     figures = figures_of(summary, mc, meta, t_stage, t_launch, out_dir)
-    charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], mc, state="spent",
-                    epsilon=float(figures["epsilon"]))
+    charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], ledger_model(mc),
+                    state="spent", epsilon=float(figures["epsilon"]))
+    return figures
+
+
+def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """`train.method: markov` (jobs/train/markov.py): the same split, staging and ledger
+    charges as a learned run; one release instead of rounds."""
+    from jobs.train import markov
+    from jobs.train.data import stage_shards, write_split
+
+    if getattr(ctx.args, "resume", None):
+        raise ConfigError("--resume continues a learned run's rounds; a markov run is one "
+                          "release: run it again instead")
+    out_dir = cfg.storage.runs_dir / ctx.run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(out_dir, 0o700)
+    staging = cfg.storage.root.resolve() / "staging" / f"train-{ctx.run_id}"
+    remove_stale_staging(staging.parent)
+    t0 = time.perf_counter()
+    try:
+        split = write_split(spark, cfg)
+        meta = stage_shards(spark, cfg, staging, cfg.train.num_processes)
+        t_stage = time.perf_counter() - t0
+        log.info("train %s: %d users, one DP Markov release (central privacy)", cfg.dataset,
+                 meta["n_users"])
+        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
+                        state="planned", epsilon=cfg.train.target_epsilon)
+        model, info = markov.fit(spark, cfg, staging, training_seed(cfg))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    markov.save(model, out_dir, info["loc_ids"], info["coords"])
+    write_trusted(out_dir, {"history": []}, split, meta)
+    figures = markov.figures_of(cfg, model, meta["n_users"],
+                                {"stage_s": t_stage, "fit_s": info["stats_s"] + info["release_s"]},
+                                out_dir)
+    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
+                    state="spent", epsilon=float(figures["epsilon"]))
     return figures
 
 
@@ -305,7 +343,7 @@ def launch_phases(summary: dict, start: float) -> dict[str, float]:
 
 
 def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, user_ids,
-                    mc, *, state: str, epsilon: float) -> None:
+                    model: str, *, state: str, epsilon: float) -> None:
     """One ledger row per trained user (jobs.spark.ledger): `planned` at the target before the
     ranks start, `spent` at the accounted epsilon after; a user's training total takes the
     `spent` row of a run when there is one, else its `planned` upper bound. A resumed run
@@ -315,7 +353,12 @@ def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, us
     users = spark.createDataFrame([(str(u),) for u in user_ids], "user_id string")
     record_training(spark, dataset=cfg.dataset, run_id=run_id, release_id=resume_from or run_id,
                     users=users, epsilon=epsilon, delta=cfg.train.delta,
-                    model=f"{mc.scheme}:{mc.privacy_model}", state=state)
+                    model=model, state=state)
+
+
+def ledger_model(mc: TrainConfig) -> str:
+    """The ledger's `mechanism` of a training charge: method and privacy model."""
+    return f"{mc.scheme}:{mc.privacy_model}"
 
 
 # Every figure a train run publishes (trajpriv_pub.runs, the console line) and why it may be:
