@@ -113,6 +113,7 @@ def telecom_lines() -> list[tuple[str, str | None]]:
         ("2,yesterday,,31.2,121.4,", "unparsable_timestamp"),
         ("2,9999-12-31 10:00:00,,31.2,121.4,", "timestamp_out_of_range"),  # beyond pandas
         ("2,2013-06-01 10:00:00,,31.2,121.4,", "outside_window"),
+        ("2,2014-06-01 10:00:00,2014-06-01 09:00:00,31.2,121.4,", "end_before_start"),
         ("2,2014-06-01 10:00:00,,31.2", "truncated_line"),
         (",2014-06-01 10:00:00,,31.2,121.4,", "unparsable_line"),
         ("2,2014-06-01 10:00:00,,31.2,121.4,10,surplus", "unparsable_line"),

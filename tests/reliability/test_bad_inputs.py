@@ -1016,6 +1016,72 @@ CASES: list[Case] = [
         lambda t: _stage_fails(t, OSError(30, "Read-only file system", str(t / "data" / "runs"))),
         check=lambda res: _env_exit_ok(res, "read-only file system at ", "/data/runs"),
     ),
+    # --- real exports, round three: no silent year, merge of users, or end before start
+    Case(
+        "file_date_without_year_config",
+        "jobs.config.load_config",
+        "date_from with date_format '%m_%d' (`data_6_14.txt`), no year anywhere",
+        _set("ingest.date_from=data_(?P<date>\\d+_\\d+)", "ingest.date_format='%m_%d'",
+             "ingest.ts_format='%H.%M'"),
+        raises=ConfigError,
+        match=r"date_format '%m_%d' holds no year, so every file's date would fall in 1900: "
+              r"set ingest\.date_year",
+    ),
+    Case(
+        "file_date_without_year_reader",
+        "jobs.ingest.readers.pipeline.parse_file",
+        "the same export read without a year (the kernel, no config)",
+        lambda t: _clock_times(t, name="data_6_14.txt", date_from=r"data_(?P<date>\d+_\d+)",
+                               date_format="%m_%d"),
+        raises=InputDataError,
+        match=r"data_6_14\.txt: ingest\.date_format '%m_%d' holds no year",
+    ),
+    Case(
+        "file_date_with_date_year",
+        "ingest_local (telecom, tab, no header)",
+        "`data_2_29.txt` with date_format '%m_%d' and ingest.date_year 2016",
+        lambda t: _clock_times(t, name="data_2_29.txt", date_from=r"data_(?P<date>\d+_\d+)",
+                               date_format="%m_%d", date_year=2016),
+        check=lambda res: _clock_times_ok(res, day="2016-02-29"),
+    ),
+    Case(
+        "file_date_year_from_window",
+        "jobs.config.load_config",
+        "date_format '%m_%d' with window_start/window_end 2014-06-01..2014-06-30",
+        _set("ingest.date_from=data_(?P<date>\\d+_\\d+)", "ingest.date_format='%m_%d'",
+             "ingest.ts_format='%H.%M'", "ingest.window_start=2014-06-01",
+             "ingest.window_end=2014-06-30"),
+        check=lambda cfg: _year_ok(cfg, 2014),
+    ),
+    Case(
+        "user_id_with_surrounding_spaces",
+        "ingest_local (telecom csv)",
+        "user ids `u1`, ` u1` and `u1 ` in one export",
+        lambda t: _ingest_csv(t, [record(user=" u1"), record(user="u1 ", ts="2014-06-01 12:00")]),
+        check=lambda res: _users_as_written(res, {"u1", " u1", "u1 "}),
+    ),
+    Case(
+        "end_before_start_same_day",
+        "ingest_local (telecom csv)",
+        "start `2014-06-01 11:00:00`, end `2014-06-01 10:30:00`",
+        lambda t: _ingest_csv(
+            t, [b"u1,2014-06-01 11:00:00,2014-06-01 10:30:00,31.2500,121.5000,"]),
+        reason="end_before_start",
+    ),
+    Case(
+        "end_before_start_parquet",
+        "ingest_local (telecom parquet)",
+        "a Parquet record whose end is an hour before its start",
+        lambda t: _parquet_end_before_start(t),
+        reason="end_before_start",
+    ),
+    Case(
+        "collect_log_window_unset",
+        "jobs.collect.stage (log line)",
+        "no collect.window_start/window_end: the window as the log line names it",
+        lambda t: __import__("jobs.config").config.load_config(None, []).collect.window_text(),
+        check=lambda text: _equal(text, "all dates"),
+    ),
 ]
 
 
@@ -1052,23 +1118,58 @@ def _cut_gzip(tmp: Path):
                       ReaderOptions(source="telecom"))
 
 
-def _clock_times(tmp: Path, name: str = "cdr_20140601.txt") -> Ingested:
+def _clock_times(tmp: Path, name: str = "cdr_20140601.txt", **dating) -> Ingested:
     """A tab-separated, header-less export with H.MM clock times; the day is in the name."""
     path = tmp / name
     path.write_bytes(b"u1\t8.05\t8.20\t121.4000\t31.2000\n"
                      b"u1\t9.30\t\t121.4100\t31.2100\n"
                      b"u1\t23.50\t0.10\t121.4500\t31.2200\n")  # ends after midnight
+    dating = dating or {"date_from": r"cdr_(?P<date>\d{8})", "date_format": "%Y%m%d"}
     opts = ReaderOptions(source="telecom", sep="\t", header=False,
                          columns=("user", "start", "end", "lon", "lat"), ts_format="%H.%M",
-                         date_from=r"cdr_(?P<date>\d{8})", date_format="%Y%m%d")
+                         **dating)
     tables, _ = ingest_local([path], opts, STATIONS)
     return Ingested(tables, 3, 3)
 
 
-def _clock_times_ok(res: Ingested) -> None:
+def _clock_times_ok(res: Ingested, day: str = "2014-06-01") -> None:
     _all_accepted(res)
     ts = sorted(res.tables["points"]["ts"].astype(str))
-    assert ts == ["2014-06-01 08:05:00", "2014-06-01 09:30:00", "2014-06-01 23:50:00"], ts
+    assert ts == [f"{day} 08:05:00", f"{day} 09:30:00", f"{day} 23:50:00"], ts
+
+
+def _year_ok(cfg, year: int) -> None:
+    from jobs.ingest.readers.plan import reader_options
+
+    assert reader_options(cfg.ingest).date_year == year
+
+
+def _users_as_written(res: Ingested, users: set[str]) -> None:
+    _all_accepted(res)
+    assert set(res.tables["points"]["user_id"]) == users, set(res.tables["points"]["user_id"])
+
+
+def _equal(got, want) -> None:
+    assert got == want, got
+
+
+def _parquet_end_before_start(tmp: Path) -> Ingested:
+    import pandas as pd
+
+    from jobs.ingest.locmap import map_points
+    from jobs.ingest.readers.arrow import from_arrow
+    from jobs.ingest.readers.common import Window
+    from jobs.ingest.readers.pipeline import finish_bucket, split_union, union_table
+    from jobs.ingest.readers.telecom import parse_frame
+
+    start = pd.to_datetime(["2014-06-01 08:00", "2014-06-01 09:00", "2014-06-01 10:00"])
+    batch = pd.DataFrame({"user": ["u1"] * 3, "start": start,
+                          "end": [start[0] + pd.Timedelta(minutes=20), pd.NaT,
+                                  start[2] - pd.Timedelta(hours=1)],
+                          "lat": [31.20, 31.21, 31.22], "lon": [121.40, 121.41, 121.45]})
+    mapped = map_points(parse_frame(batch, str(tmp / "part-0.parquet"), Window()), STATIONS, 1.0)
+    tables = split_union(from_arrow(union_table(finish_bucket(mapped, ReaderOptions()))))
+    return Ingested(tables, 3, 2)
 
 
 def _quoted(tmp: Path, bad: bytes) -> Ingested:

@@ -42,6 +42,9 @@ class Reason(StrEnum):
     TOO_FAR = "too_far"  # farther than max_distance_km from every location
     UNKNOWN_LOCATION = "unknown_location"  # a location id that is not in the location set
     DUPLICATE = "duplicate"  # same user, timestamp and location as an earlier record
+    # a dated end earlier than its start (clock times with ingest.date_from are not: an end
+    # clock time before the start ended the next day)
+    END_BEFORE_START = "end_before_start"
 
 
 REASONS: tuple[str, ...] = tuple(r.value for r in Reason)

@@ -108,11 +108,23 @@ _PY_MIN = dt.datetime(1677, 9, 21, 0, 12, 44)
 _PY_MAX = dt.datetime(2262, 4, 11, 23, 47, 16)
 
 
-def file_date(path: str, pattern: str, fmt: str | None) -> dt.date:
+def format_holds_year(fmt: str | None) -> bool:
+    """Whether a strptime format gives the year (None: ISO 8601, which always does); a
+    format without one would date every file in strptime's default year, 1900."""
+    return fmt is None or re.search(r"%[YyGcx]", fmt.replace("%%", "")) is not None
+
+
+def file_date(path: str, pattern: str, fmt: str | None, year: int | None = None) -> dt.date:
     """The date `ingest.date_from` takes from a file's name (else from its whole path): the
     regex's group `date`, else its first group, else the whole match; read with `fmt`
-    (strptime; None: ISO 8601, `2014-06-01` or `20140601`). InputDataError naming the file
-    when it does not match or holds no date: its records could not be dated."""
+    (strptime; None: ISO 8601, `2014-06-01` or `20140601`), in `year` when `fmt` holds no
+    year (`ingest.date_year`). InputDataError naming the file when it does not match or
+    holds no date, or when neither the format nor `year` gives the year: its records could
+    not be dated."""
+    if not format_holds_year(fmt) and year is None:
+        raise InputDataError(
+            f"{path}: ingest.date_format {fmt!r} holds no year, so the file's date would fall "
+            "in 1900: set ingest.date_year (e.g. date_year: 2014) or a date_format with %Y")
     rx = re.compile(pattern)
     m = rx.search(PurePath(path).name) or rx.search(str(path))
     if m is None:
@@ -122,13 +134,16 @@ def file_date(path: str, pattern: str, fmt: str | None) -> dt.date:
             "(ingest.exclude)")
     text = m.group("date") if "date" in rx.groupindex else m.group(1) if rx.groups else m.group(0)
     try:
+        if fmt and not format_holds_year(fmt):  # the year read with the date: 02_29 is valid
+            return dt.datetime.strptime(f"{year:04d}|{text}", f"%Y|{fmt}").date()
         if fmt:
             return dt.datetime.strptime(text, fmt).date()
         return dt.date.fromisoformat(text)
     except ValueError:
         raise InputDataError(
             f"{path}: {text!r}, taken from the file name by ingest.date_from, is not a date "
-            f"in {fmt or 'ISO 8601'} (set ingest.date_format)") from None
+            f"in {fmt or 'ISO 8601'}" + (f" of {year}" if year is not None else "")
+            + " (set ingest.date_format)") from None
 
 
 def _beyond_pandas(text: pd.Series, ts: pd.Series, fmt: str | None) -> np.ndarray:
@@ -218,15 +233,18 @@ def parse_delimited(
         end_ts, end_far = parse_timestamps(end_text, spec)
         if spec.day is not None:  # a clock time before the start: the stay ended next day
             end_ts = end_ts.where(~(end_ts < ts), end_ts + pd.Timedelta(days=1))
+        # A dated end before its start is no stay: quarantined, not clamped to the start.
+        before = (end_ts < ts).to_numpy(dtype=bool)
         # an end that is written but does not parse is no missing end (it was read as one)
         garbage = end_ts.isna().to_numpy() & ~end_far
         if garbage.any():  # of the NaT ends, the written ones that are no "missing" word
             words = end_text[garbage].fillna("").astype(str).str.strip().str.lower()
             garbage[garbage] = ~words.isin(_NO_END).to_numpy()
         ts_bad += [(end_far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
-                   (garbage, Reason.UNPARSABLE_TIMESTAMP.value)]
-    user = col("user", strip=True)
-    no_user = (user.fillna("") == "").to_numpy()
+                   (garbage, Reason.UNPARSABLE_TIMESTAMP.value),
+                   (before, Reason.END_BEFORE_START.value)]
+    user = col("user")  # as written: ` u1` and `u1` are two users (no silent merge)
+    no_user = (user.fillna("").str.strip() == "").to_numpy()
     given = col("loc", strip=True).replace("", None) if "loc" in roles else None
     reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad, lat, lon, ts, window,
                           ts_bad)

@@ -55,6 +55,7 @@ class ReaderOptions:
     quoted: bool = False
     date_from: str | None = None  # regex on the file name: the day of clock-time records
     date_format: str | None = None  # strptime of the date it captures (None: ISO 8601)
+    date_year: int | None = None  # the year of those dates when date_format holds none
 
 
 def table_spec(opts: ReaderOptions) -> TableSpec:
@@ -85,7 +86,7 @@ def parse_file(
         spec = table_spec(opts)
         if opts.date_from:
             spec = dataclasses.replace(spec, day=file_date(path, opts.date_from,
-                                                           opts.date_format))
+                                                           opts.date_format, opts.date_year))
         return parse_delimited(content, path, spec, opts.window, header=header)
     raise ValueError(f"parse_file does not read source {opts.source!r}")
 

@@ -57,6 +57,7 @@ def reader_options(icfg: IngestConfig) -> ReaderOptions:
         quoted=icfg.quoting == "csv",
         date_from=icfg.date_from,
         date_format=icfg.date_format,
+        date_year=icfg.file_date_year() if icfg.date_from else None,
     )
 
 
@@ -172,7 +173,7 @@ def plan_inputs(cfg: Config) -> InputPlan:
         if not spec.header:  # the given columns must name every role, whatever the files
             resolve_header(spec.header_line(None), spec, f"{path} (ingest.columns)")
         for f in files if opts.date_from else []:  # every file must name its day
-            file_date(str(f), opts.date_from, opts.date_format)
+            file_date(str(f), opts.date_from, opts.date_format, opts.date_year)
         for f in files if spec.header else []:
             head = _head(f, spec.encoding)
             resolve_header(head, spec, str(f))  # raises naming the file and the missing column

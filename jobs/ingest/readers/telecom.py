@@ -103,8 +103,10 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
 
     lat, lon = numeric("lat"), numeric("lon")
     ts = stamps("ts").reset_index(drop=True)
-    user = batch[roles["user"]].astype("string").fillna("").str.strip().astype(object)
-    no_user = (user == "").to_numpy()
+    user = batch[roles["user"]].astype("string").fillna("").astype(object)  # as written
+    no_user = (user.str.strip() == "").to_numpy()
+    end_ts = stamps("end").reset_index(drop=True) if "end" in roles else None
+    before = (end_ts < ts).to_numpy(dtype=bool) if end_ts is not None else np.zeros(n, bool)
     given = None
     if "loc" in roles:
         given = batch[roles["loc"]].astype("string").str.strip().astype(object)
@@ -114,6 +116,7 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
         [
             (no_user, Reason.UNPARSABLE_LINE.value),
             *coordinate_checks(lat, lon),
+            (before, Reason.END_BEFORE_START.value),
             *timestamp_checks(ts, window),
         ],
     )
@@ -123,7 +126,7 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
         record=record.reset_index(drop=True),
         user_id=user.reset_index(drop=True),
         ts=ts,
-        end_ts=stamps("end").reset_index(drop=True) if "end" in roles else None,
+        end_ts=end_ts,
         lat=lat,
         lon=lon,
         reason=reason,
