@@ -17,12 +17,13 @@ from pathlib import Path
 from types import ModuleType
 
 from jobs import harness
+from jobs.config import STAGES as PIPELINE_STAGES
 from udfs.errors import ConfigError, TrajprivError
 
 log = logging.getLogger("trajpriv")
 
-# Pipeline order; `trajpriv run` runs every stage here that its config enables.
-STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
+# Pipeline order (`jobs.config.STAGES`); `trajpriv run` runs every stage its config enables.
+STAGES = PIPELINE_STAGES
 USAGE = (
     "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget"))
     + "} [--config FILE] [--set K=V ...]\n"
@@ -153,7 +154,9 @@ def run_sql(argv: list[str]) -> int:
     parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
                         help="YAML config (default: the project's conf/default.yaml)")
     harness.add_overrides(parser)
-    parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="rows to print (default: 100 for table, all for csv and json); a "
+                             "cut result says so on stderr")
     parser.add_argument("--trusted", action="store_true",
                         help="also read the raw and trusted zones (data stewards only)")
     parser.add_argument("--no-server", action="store_true",
@@ -165,12 +168,15 @@ def run_sql(argv: list[str]) -> int:
                         help="seconds a server started now waits for the next query before "
                              "it stops (default $TRAJPRIV_SQL_IDLE_S or 600)")
     args = parser.parse_args(argv)
+    if args.limit is None:  # an export (csv, json) is whole unless asked otherwise
+        args.limit = TABLE_ROWS if args.format == "table" else -1
     prog = "trajpriv sql"
     try:
         cfg = harness.load_config(args.config, args.overrides)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return harness.EXIT_USER_ERROR
+    from jobs.spark.relocation import require_existing_root
     from jobs.sql import client
 
     root = cfg.storage.root.resolve()
@@ -184,6 +190,7 @@ def run_sql(argv: list[str]) -> int:
               else f"{prog}: no server running for {root}", file=sys.stderr)
         return 0
     try:
+        require_existing_root(root)
         statements = _statements(args)
     except TrajprivError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -206,6 +213,10 @@ def run_sql(argv: list[str]) -> int:
               "took the root?): rerun", file=sys.stderr)
         return harness.EXIT_USER_ERROR
     return _print_results(args, statements, reply)
+
+
+#: Rows `trajpriv sql` prints as a table when no --limit is given (a screenful, not an export).
+TABLE_ROWS = 100
 
 
 def _statements(args: argparse.Namespace):
@@ -266,8 +277,14 @@ def _print_results(args: argparse.Namespace, statements, reply: dict) -> int:
     """Every result on stdout in the chosen format; a failure as one line on stderr."""
     from jobs.sql.render import render
 
-    for result in reply.get("results", []):
+    results = reply.get("results", [])
+    for i, result in enumerate(results):
         render(result, args.format, sys.stdout)
+        if result.get("truncated"):
+            which = f"statement {i + 1}: " if len(statements) > 1 else ""
+            print(f"trajpriv sql: {which}printed {len(result['rows'])} of "
+                  f"{result.get('total', '?')} rows (--limit {args.limit}); pass a larger "
+                  "--limit, or --limit -1 for all", file=sys.stderr)
     sys.stdout.flush()
     if reply.get("ok"):
         return 0

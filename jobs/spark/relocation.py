@@ -51,6 +51,16 @@ class RootError(TrajprivError):
     """The data root cannot be used as it is (one line naming the root and the fix)."""
 
 
+def require_existing_root(root: Path) -> None:
+    """RootError unless `root` is an existing folder. Readers (`trajpriv sql`, `budget`, the
+    endpoints) open a root that stages made; a mistyped root must fail naming the path, not
+    become a new empty root that answers "table or view not found"."""
+    if not root.is_dir():
+        raise RootError(f"storage.root {root} does not exist: readers open a root a stage has "
+                        "written and create nothing; check storage.root (--config, --set "
+                        "storage.root=<folder>) or run a stage first")
+
+
 def uri_prefix(root: Path) -> str:
     """`file:<root>/` as a Hadoop location: ASCII that is not legal in a URI path escaped.
 

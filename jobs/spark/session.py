@@ -25,7 +25,12 @@ from pyspark.sql import SparkSession
 
 from jobs.config import Config
 from jobs.spark.metastore_lock import check_metastore_free
-from jobs.spark.relocation import RootError, check_catalog_in_root, relocate_catalog
+from jobs.spark.relocation import (
+    RootError,
+    check_catalog_in_root,
+    relocate_catalog,
+    require_existing_root,
+)
 from jobs.spark.tables import PUB_DB, RAW_DB, TRUSTED_DB
 
 log = logging.getLogger(__name__)
@@ -156,6 +161,8 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     """
     os.umask(PRIVATE_UMASK)
     root = cfg.storage.root.resolve()
+    if readonly:
+        require_existing_root(root)
     check_root(root, cfg.storage.min_free_mb)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(root, 0o700)  # the data root holds raw data and keys: its owner's only

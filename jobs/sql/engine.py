@@ -19,8 +19,10 @@ from jobs.spark.zones import check_analyst_query, check_read_only
 
 
 def run_statement(spark: SparkSession, sql: str, *, trusted: bool, limit: int) -> dict[str, Any]:
-    """{"columns", "types", "rows", "truncated"} of `sql`: rows are lists of JSON-safe values;
-    `truncated` says the result had more than `limit` rows. ZoneError for a refused query."""
+    """{"columns", "types", "rows", "truncated", "total"} of `sql`: rows are lists of JSON-safe
+    values; `truncated` says the result had more than `limit` rows (a negative `limit`: all
+    rows), and then `total` counts them all, so the caller can say how many were left out.
+    ZoneError for a refused query."""
     check_read_only(sql)
     if not trusted:
         check_analyst_query(spark, sql)
@@ -32,6 +34,7 @@ def run_statement(spark: SparkSession, sql: str, *, trusted: bool, limit: int) -
         "types": [f.dataType.simpleString() for f in df.schema.fields],
         "rows": [[plain(v) for v in row] for row in (rows[:limit] if limit >= 0 else rows)],
         "truncated": truncated,
+        "total": df.count() if truncated else len(rows),
     }
 
 

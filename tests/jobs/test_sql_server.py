@@ -129,3 +129,33 @@ def test_describe_shows_the_catalogues_column_comments(root):
     rows = {r["col_name"]: r["comment"] for r in json.loads(out.stdout)
             if r["col_name"] and not r["col_name"].startswith("#")}
     assert rows == LOCATIONS.comments()
+
+
+def test_exports_are_whole_and_a_cut_says_so(root):
+    """Measured defect: `--format csv` printed the first 100 rows of 3,377 and said nothing.
+    csv and json print every row unless --limit is given; a cut names its count on stderr."""
+    query = ("SELECT l.loc_id, r.id FROM trajpriv_pub.locations l CROSS JOIN range(50) r "
+             "ORDER BY l.loc_id, r.id")
+    out = sql(root, query, "--format", "csv")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert len(out.stdout.splitlines()) == 1 + 150  # the header and all 150 rows
+    out = sql(root, query, "--format", "json")
+    assert out.returncode == 0 and len(json.loads(out.stdout)) == 150, out.stderr
+    out = sql(root, query, "--format", "csv", "--limit", "7")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 1 + 7
+    assert "printed 7 of 150 rows (--limit 7)" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("command", ["sql", "budget"])
+def test_a_reader_on_a_missing_root_fails_and_creates_nothing(tmp_path, command):
+    """Measured defect: a mistyped storage.root became a new empty root (metastore, warehouse,
+    socket) and the query answered "table or view not found"."""
+    missing = tmp_path / "no" / "such_root"
+    args = [command, "SELECT 1"] if command == "sql" else [command]
+    out = subprocess.run([sys.executable, "-m", "jobs.cli", *args, "--set",
+                          f"storage.root={missing}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"storage.root {missing} does not exist" in lines[0], out.stderr
+    assert not (tmp_path / "no").exists()
