@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from udfs.errors import InvalidParameterError, InvalidTrajectoryError
+from udfs.geo import KM_PER_DEGREE
 
 SLOTS = 48
 STAY, EXPLORE, HOME, RETURN = 0, 1, 2, 3
@@ -49,7 +50,6 @@ N_ACTIONS = 4
 # distance bands (km) of the destination features: public constants, log-spaced
 BAND_EDGES_KM = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 N_BANDS = len(BAND_EDGES_KM) + 1
-KM_PER_DEGREE = 6371.0088 * 3.141592653589793 / 180
 NEG_LOGIT = -1e9
 
 
@@ -87,11 +87,46 @@ class DestContext:
                            self.ret_logcount[idx])
 
 
+@dataclass(frozen=True)
+class DestPrior:
+    """A released move-destination distribution (the DP Markov release's tables, private
+    pre-training): P(x | move from l) = cell_trans[cell_of[l], cell_of[x]] * within[x]."""
+
+    cell_of: np.ndarray  # (L,) public coarse cell of each location
+    cell_trans: np.ndarray  # (G, G) P(destination cell | current cell)
+    within: np.ndarray  # (L,) P(location | its cell)
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        return {"cell_of": self.cell_of, "cell_trans": self.cell_trans, "within": self.within}
+
+    @classmethod
+    def of(cls, d: dict | None) -> DestPrior | None:
+        """From `to_dict`'s form (a checkpoint, policy.pt); None stays None."""
+        return None if d is None else cls(*(np.asarray(d[k]) for k in
+                                             ("cell_of", "cell_trans", "within")))
+
+    def tilt(self, nearest: np.ndarray) -> np.ndarray:
+        """(L, K) factor of each explore candidate: (1 - PRIOR_FLOOR) times the candidate's
+        share of the released distribution among the K candidates, plus PRIOR_FLOOR / K, times
+        K (mean 1 over a row; a row with no released mass: all 1)."""
+        q = self.cell_trans[self.cell_of[:, None], self.cell_of[nearest]] * self.within[nearest]
+        tot = q.sum(1, keepdims=True)
+        share = np.where(tot > 0, q / np.where(tot > 0, tot, 1.0), 1.0 / q.shape[1])
+        return q.shape[1] * ((1 - PRIOR_FLOOR) * share + PRIOR_FLOOR / q.shape[1])
+
+
+# share of an explore draw's weight kept uniform over the candidates under a destination prior,
+# so a location the noisy release left at zero stays reachable (a utility choice)
+PRIOR_FLOOR = 0.01
+
+
 class MobilityEnv:
-    """The public map: coordinates of every location and the K-nearest table."""
+    """The public map: coordinates of every location and the K-nearest table; with a
+    `dest_prior` (a DP release, private pre-training) the explore weights k^-alpha are tilted
+    by it (`DestPrior.tilt`): still public to the policy, a post-processing of that release."""
 
     def __init__(self, coords: np.ndarray, k_nearest: int = 200, explore_exponent: float = 0.6,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, dest_prior: DestPrior | None = None):
         coords = np.asarray(coords, dtype=np.float64)
         if coords.ndim != 2 or coords.shape[1] != 2 or len(coords) < 2:
             raise InvalidParameterError(f"coords must be (L>=2, 2); got shape {coords.shape}")
@@ -113,6 +148,12 @@ class MobilityEnv:
         self.nearest = torch.cat(nn_rows)  # (L, K) long, column k-1 = k-th nearest
         ranks = torch.arange(1, self.k + 1, dtype=torch.float64)
         self.rank_weights = (ranks ** -self.explore_exponent).float()  # (K,)
+        self.dest_prior = dest_prior
+        # (L, K) explore weight of each location's candidates (the public prior, tilted)
+        self.explore_w = self.rank_weights.expand(self.n_locations, -1)
+        if dest_prior is not None:
+            tilt = torch.as_tensor(dest_prior.tilt(self.nearest.numpy()), dtype=torch.float64)
+            self.explore_w = (self.rank_weights.double() * tilt).float()
         # equirectangular km per degree of latitude / longitude at the map's mean latitude
         lat0 = float(c[:, 0].mean()) * 3.141592653589793 / 180
         self.km_scale = torch.tensor([KM_PER_DEGREE, KM_PER_DEGREE * float(np.cos(lat0))])
@@ -120,8 +161,8 @@ class MobilityEnv:
         self.nearest_band = self.distance_band(torch.arange(self.n_locations)[:, None],
                                                self.nearest)  # (L, K): band of each neighbour
         self.device = torch.device("cpu" if device is None else device)
-        for name in ("coords", "coords_norm", "nearest", "rank_weights", "km_scale",
-                     "band_edges", "nearest_band"):
+        for name in ("coords", "coords_norm", "nearest", "rank_weights", "explore_w",
+                     "km_scale", "band_edges", "nearest_band"):
             setattr(self, name, getattr(self, name).to(self.device))
 
     # ----------------------------------------------------------------------------------------
@@ -153,11 +194,13 @@ class MobilityEnv:
         return mask
 
     def _explore_weights(self, state: EnvState) -> tuple[torch.Tensor, torch.Tensor]:
-        """(E, K) explore candidates and their public weights k^-alpha, 0 where visited (all
-        visited: every candidate keeps its weight)."""
+        """(E, K) explore candidates and their public weights k^-alpha (tilted by the
+        destination prior, if any), 0 where visited (all visited: every candidate keeps its
+        weight)."""
         cand = self.nearest[state.loc]
-        w = self.rank_weights.expand(cand.shape[0], -1).masked_fill(self._visited(state, cand), 0)
-        return cand, torch.where(w.sum(1, keepdim=True) > 0, w, self.rank_weights)
+        full = self.explore_w[state.loc]
+        w = full.masked_fill(self._visited(state, cand), 0)
+        return cand, torch.where(w.sum(1, keepdim=True) > 0, w, full)
 
     def distance_band(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Band index in [0, N_BANDS) of the equirectangular km between locations a and b

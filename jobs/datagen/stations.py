@@ -21,9 +21,8 @@ import pandas as pd
 from scipy.spatial import cKDTree
 
 from udfs.errors import InputDataError
-from udfs.geo import EARTH_RADIUS_KM
+from udfs.geo import KM_PER_DEGREE
 
-KM_PER_DEG = np.pi * EARTH_RADIUS_KM / 180.0
 STATION_BOX = (30.6, 31.9, 120.8, 122.2)  # lat_min, lat_max, lon_min, lon_max (real list filter)
 LAYOUT_BOX = (30.7, 31.6, 120.9, 121.95)  # the generated layout stays inside this box
 LAYOUT_SPAWN_KEY = 1  # SeedSequence spawn key of the layout (users use 0, see datagen_model)
@@ -113,7 +112,7 @@ def generate_layout(
         raise InputDataError("datagen: n_stations must be at least 1")
     rng = np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(LAYOUT_SPAWN_KEY,)))
     origin = ((box[0] + box[1]) / 2, (box[2] + box[3]) / 2)
-    kx = KM_PER_DEG * np.cos(np.radians(origin[0]))
+    kx = KM_PER_DEGREE * np.cos(np.radians(origin[0]))
     centres = np.c_[
         rng.uniform(box[0] + 0.1, box[1] - 0.1, 12), rng.uniform(box[2] + 0.1, box[3] - 0.1, 12)
     ]
@@ -125,7 +124,7 @@ def generate_layout(
         kind = rng.choice(3, size=m, p=[0.45, 0.40, 0.15])
         centre = np.where((kind == 0)[:, None], np.array(_CORE), centres[rng.integers(0, 12, m)])
         sd = np.where(kind == 0, 10.0, 3.5)
-        new_lat = centre[:, 0] + rng.normal(0, 1, m) * sd / KM_PER_DEG
+        new_lat = centre[:, 0] + rng.normal(0, 1, m) * sd / KM_PER_DEGREE
         new_lon = centre[:, 1] + rng.normal(0, 1, m) * sd / kx
         new_lat = np.where(kind == 2, rng.uniform(box[0], box[1], m), new_lat)
         new_lon = np.where(kind == 2, rng.uniform(box[2], box[3], m), new_lon)
@@ -200,8 +199,8 @@ class StationIndex:
 
 
 def _project(lat: np.ndarray, lon: np.ndarray, origin: tuple[float, float]) -> np.ndarray:
-    kx = KM_PER_DEG * np.cos(np.radians(origin[0]))
-    return np.c_[(lon - origin[1]) * kx, (lat - origin[0]) * KM_PER_DEG]
+    kx = KM_PER_DEGREE * np.cos(np.radians(origin[0]))
+    return np.c_[(lon - origin[1]) * kx, (lat - origin[0]) * KM_PER_DEGREE]
 
 
 def nearest_neighbour_km(table: pd.DataFrame) -> np.ndarray:

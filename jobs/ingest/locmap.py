@@ -26,7 +26,7 @@ import pandas as pd
 
 from jobs.ingest.readers.common import Reason, normalise_name
 from udfs.errors import InputDataError
-from udfs.geo import EARTH_RADIUS_KM, haversine_km
+from udfs.geo import EARTH_RADIUS_KM, KM_PER_DEGREE, haversine_km
 
 _ID_NAMES = {
     normalise_name(n)
@@ -140,7 +140,7 @@ class Grid:
         if self.km is None or self.bbox is None:
             return self.cell_deg
         mid = math.radians((self.bbox[0] + self.bbox[1]) / 2)
-        return self.km / (KM_PER_DEG * max(math.cos(mid), 1e-6))
+        return self.km / (KM_PER_DEGREE * max(math.cos(mid), 1e-6))
 
     @property
     def _origin(self) -> tuple[float, float]:
@@ -191,7 +191,6 @@ class Grid:
         return pd.DataFrame({"loc_id": loc_id, "lat": lat, "lon": lon})
 
 
-KM_PER_DEG = math.pi * EARTH_RADIUS_KM / 180.0  # km per degree of latitude (111.19)
 MAX_GRID_CELLS = 4_000_000  # a grid_km grid publishes every cell of its box
 
 
@@ -207,7 +206,7 @@ def km_grid(km: float, bbox: tuple[float, float, float, float] | None) -> Grid:
             "ingest.grid_km needs ingest.grid_bbox [lat_min, lat_max, lon_min, lon_max]: a "
             "public box (a city's, a region's); a box taken from the data would publish its "
             "extreme points")
-    grid = Grid(km / KM_PER_DEG, tuple(bbox), km)
+    grid = Grid(km / KM_PER_DEGREE, tuple(bbox), km)
     rows, cols = grid.shape
     if rows * cols > MAX_GRID_CELLS:
         raise InputDataError(
@@ -255,6 +254,8 @@ def map_points(parsed: pd.DataFrame, locations: Locations, max_distance_km: floa
         ask = known < 0  # only records without a known id need the nearest location
         near = np.full(len(known), -1, dtype=np.int64)
         dist = np.full(len(known), np.inf)
+        # a record without coordinates (a check-in array) is placed by its id alone
+        ask &= np.isfinite(lat[todo]) & np.isfinite(lon[todo])
         near[ask], dist[ask] = locations.nearest(lat[todo][ask], lon[todo][ask])
         close = dist <= max_distance_km
         sub = np.where(known >= 0, known, np.where(close, near, -1))
@@ -267,9 +268,23 @@ def map_points(parsed: pd.DataFrame, locations: Locations, max_distance_km: floa
         bad[sub >= 0] = None
     loc[todo] = sub
     reason[todo] = bad
+    if isinstance(locations, LocationSet):
+        _fill_coordinates(out, loc, locations)
     out["loc_id"] = loc
     out["reason"] = pd.Series(reason, index=out.index, dtype=object)
     return out
+
+
+def _fill_coordinates(out: pd.DataFrame, loc: np.ndarray, locations: LocationSet) -> None:
+    """Mapped records without coordinates take their location's (in place)."""
+    lat, lon = out["lat"].to_numpy(), out["lon"].to_numpy()
+    fill = (loc >= 0) & ~(np.isfinite(lat) & np.isfinite(lon))
+    if not fill.any():
+        return
+    order = np.argsort(locations.loc_id)
+    row = order[np.searchsorted(locations.loc_id, loc[fill], sorter=order)]
+    out.loc[fill, "lat"] = locations.lat[row]
+    out.loc[fill, "lon"] = locations.lon[row]
 
 
 def derive_locations(parsed: pd.DataFrame) -> LocationSet:
@@ -303,10 +318,13 @@ def _from_names(names: pd.Series, lat: np.ndarray, lon: np.ndarray, what: str) -
 
 def load_locations(path: Path | str, fmt: str = "auto") -> LocationSet:
     """Read P from a CSV with a header (id, lat, lon columns found by name; ids that are not
-    integers are numbered in file order) or a `gps` file (`lat lon` per line, id = line index)."""
+    integers are numbered in file order), a `gps` file (`lat lon` per line, id = line index)
+    or an `.npy` array of rows `[id, lat, lon]` (`npy`, the Foursquare NYC POI file)."""
     path = Path(path)
     if not path.is_file():
         raise InputDataError(f"location file {path} does not exist")
+    if fmt == "npy" or (fmt == "auto" and path.name.lower().endswith(".npy")):
+        return _npy_locations(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -368,6 +386,32 @@ def load_locations(path: Path | str, fmt: str = "auto") -> LocationSet:
             f"location file {path} line {line}: duplicate location id {names.iloc[line - 2]!r}"
         )
     _check_integer_ids(names, path)
+    return _from_names(names, lat, lon, f"location file {path}")
+
+
+def _npy_locations(path: Path) -> LocationSet:
+    """P from an .npy array of rows [id, lat, lon]; ids must be whole numbers (line = row)."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputDataError(f"location file {path}: not a readable .npy array ({exc})") from None
+    if array.ndim != 2 or array.shape[1] != 3 or array.dtype.kind not in "iuf" or not len(array):
+        raise InputDataError(f"location file {path}: an .npy location set must be rows "
+                             f"[id, lat, lon] of numbers, got shape {array.shape} of {array.dtype}")
+    ids = array[:, 0].astype(np.float64)
+    whole = np.isfinite(ids) & (np.mod(ids, 1) == 0) & (ids >= 0) & (ids < 2**31)
+    if not whole.all():  # published as loc_id: a 32-bit integer, -1 meaning "no location"
+        raise InputDataError(f"location file {path} line {int(np.argmin(whole)) + 1}: location "
+                             f"id {ids[np.argmin(whole)]!r} is not a whole number in "
+                             "0..2147483647")
+    names = pd.Series(ids.astype(np.int64).astype(str), dtype=object)
+    lat, lon = array[:, 1].astype(np.float64), array[:, 2].astype(np.float64)
+    _check_coords(lat, lon, path, first_line=1)
+    dup = names.duplicated(keep="first").to_numpy()
+    if dup.any():
+        line = int(np.flatnonzero(dup)[0]) + 1
+        raise InputDataError(f"location file {path} line {line}: duplicate location id "
+                             f"{names.iloc[line - 1]}")
     return _from_names(names, lat, lon, f"location file {path}")
 
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from udfs.budget import BudgetRecord, RecordedMechanism, Step, check_epsilon, split
 from udfs.errors import InvalidParameterError
+from udfs.geo import KM_PER_DEGREE
 from udfs.mechanisms.piecewise import TWO_PI, CircularPiecewise, LinearPiecewise
 from udfs.space import LocationSpace
 
-EARTH_KM = 6371.0088
 DIRECTION_SHARE = math.pi / (math.pi + 1.0)  # TraCS-D's eps_d / eps per location (authors' runs)
 
 
@@ -42,7 +42,7 @@ class Plane:
 
     @staticmethod
     def _xy(lat, lon, lat0, lon0):
-        k = math.pi / 180 * EARTH_KM
+        k = KM_PER_DEGREE
         return (np.asarray(lon) - lon0) * k * math.cos(math.radians(lat0)), \
             (np.asarray(lat) - lat0) * k
 
@@ -52,7 +52,7 @@ class Plane:
                         -1)
 
     def to_latlon(self, xy) -> tuple[np.ndarray, np.ndarray]:
-        k = math.pi / 180 * EARTH_KM
+        k = KM_PER_DEGREE
         lat = self.lat0 + (xy[..., 1] + self.y_min) / k
         lon = self.lon0 + (xy[..., 0] + self.x_min) / (k * math.cos(math.radians(self.lat0)))
         return lat, lon
