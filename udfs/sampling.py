@@ -244,11 +244,26 @@ def _select_rows(x, rowcum, pc, rows, k) -> np.ndarray:
     return word * 64 + bi * 8 + _SEL8[byte, kk - below]
 
 
+def in_region(space: LocationSpace, anchor, radius, r) -> np.ndarray:
+    """The one region rule: q is in the region of anchor a and radius R iff D[a, q] <= R or
+    q == a (the anchor belongs to its region whatever R is). Broadcasts like `pair_dist`."""
+    return (space.pair_dist(anchor, r) <= radius) | (r == anchor)
+
+
+def region_rows(space: LocationSpace, anchor: np.ndarray, radius: np.ndarray) -> np.ndarray:
+    """(m, n) boolean rows of :func:`in_region` over all of P, one per (anchor, radius): whole
+    distance rows compared at once (float32 rows against the largest float32 <= R, the same
+    test), then the anchor set."""
+    rad = _f32_floor(radius) if space.dist.dtype == np.float32 else np.asarray(radius)
+    inside = space.dist[anchor] <= rad[:, None]
+    inside[np.arange(anchor.size), anchor] = True
+    return inside
+
+
 def _region_ok(space, d: Domains, rows, r) -> np.ndarray:
     if d.region_anchor is None:
         return np.ones(r.shape, bool)
-    a = d.region_anchor[rows]
-    return (space.pair_dist(a, r) <= d.region_radius[rows]) | (r == a)
+    return in_region(space, d.region_anchor[rows], d.region_radius[rows], r)
 
 
 def _full_words(n: int) -> np.ndarray:
@@ -285,8 +300,7 @@ def region_bits(space: LocationSpace, d: Domains, rows: np.ndarray):
     buf = np.zeros((min(1024, max(1, ids.size)), full.size * 8), np.uint8)
     for s in range(0, ids.size, 1024):
         r = src[s:s + 1024]
-        inside = space.dist[d.region_anchor[r]] <= _f32_floor(d.region_radius[r])[:, None]
-        inside[np.arange(r.size), d.region_anchor[r]] = True
+        inside = region_rows(space, d.region_anchor[r], d.region_radius[r])
         packed = np.packbits(inside, axis=1, bitorder="little")
         buf[: r.size, : packed.shape[1]] = packed
         words[s:s + r.size] = buf[: r.size].view("<u8")
@@ -379,7 +393,7 @@ def _member(space, d: Domains, r, level: int):
     if d.region_anchor is not None:
         a = d.region_anchor.reshape(d.region_anchor.shape + (1,) * (r.ndim - 1))
         rad = d.region_radius.reshape(a.shape)
-        ok &= (space.pair_dist(a, r) <= rad) | (r == a)
+        ok &= in_region(space, a, rad, r)
     if level <= 1 and d.prev_pivot is not None:
         sh = d.prev_pivot.shape + (1,) * (r.ndim - 1)
         k = d.k.reshape(sh) if isinstance(d.k, np.ndarray) else d.k
@@ -515,8 +529,7 @@ def _explicit_dense(space, true, c, st: Stream, dp: Domains, rows, out) -> None:
         ds = _take(dp, loc)
         m = loc.size
         if ds.region_anchor is not None:
-            base = space.dist[ds.region_anchor] <= ds.region_radius[:, None]
-            base[np.arange(m), ds.region_anchor] = True
+            base = region_rows(space, ds.region_anchor, ds.region_radius)
         else:
             base = np.ones((m, n), bool)
         k = np.broadcast_to(np.asarray(ds.k, dtype=np.int64), (m,))[:, None]
