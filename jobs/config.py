@@ -41,7 +41,6 @@ from udfs.collect import MECHANISMS, PUBLISHED_MECHANISMS
 from udfs.collect_kernel import PUBLISH_CHOICES, PublishOptions
 from udfs.errors import ConfigError
 
-
 #: The pipeline's stages in order, each a package `jobs.<stage>` (`trajpriv <stage>`).
 STAGES = ("datagen", "ingest", "study", "collect", "train", "synthesize", "evaluate", "report")
 
@@ -165,6 +164,12 @@ class DatagenConfig(_Section):
         return value
 
 
+def format_holds_year(fmt: str | None) -> bool:
+    """Whether a strptime format gives the year (None: ISO 8601, which always does); a
+    format without one would date every file in strptime's default year, 1900."""
+    return fmt is None or re.search(r"%[YyGcx]", fmt.replace("%%", "")) is not None
+
+
 class IngestConfig(_Section):
     """Which raw source to read and how to map and shape it (DESIGN.md sections 3 and 5).
 
@@ -182,7 +187,7 @@ class IngestConfig(_Section):
     source: Literal["telecom", "plt", "checkins", "slots48"] = "telecom"
     path: Path | None = None
     locations_path: Path | None = None
-    locations_format: Literal["auto", "csv", "gps"] = "auto"
+    locations_format: Literal["auto", "csv", "gps", "npy"] = "auto"
     max_distance_km: float = Field(1.0, gt=0)
     window_start: dt.date | None = None
     window_end: dt.date | None = None
@@ -226,8 +231,6 @@ class IngestConfig(_Section):
         """The year of the file-name dates when `date_format` holds none: `date_year`, else the
         window's one year; None when the format gives the year. ValueError (the fix named)
         when neither is set, or when date_year would override a year the format gives."""
-        from jobs.ingest.readers.delimited import format_holds_year
-
         if format_holds_year(self.date_format):
             if self.date_year is not None:
                 raise ValueError(
@@ -416,7 +419,8 @@ class CollectConfig(_Section):
     window_end: dt.date | None = None
     calibrated: bool = True  # ATP radius calibration (post-processing either way)
     # How TP/ATP join their two copies (post-processing either way; `udfs.tp.combine`):
-    # medoid (measured best), copy_medoid, paper (Eq. 7 as written) or midpoint.
+    # medoid (the default; bench/reproduce_ldp.py compares them), copy_medoid, paper (Eq. 7 as
+    # written) or midpoint.
     combiner: Literal["medoid", "copy_medoid", "paper", "midpoint"] = "medoid"
     max_len: int | None = Field(None, ge=1)  # refuse longer trajectories (None: no limit)
 
@@ -456,6 +460,14 @@ class StudyConfig(_Section):
     prq_km: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0])
     acd_top_fraction: float = Field(0.1, gt=0, le=1)
     max_trajectories: int | None = Field(None, ge=1)
+    # The synthesis study: each method trained on the training split at train.target_epsilon,
+    # its days scored against the held-out days (trusted zone; nothing released or charged).
+    # [] turns it off. `synthesis_seeds` trainings per method (mean and spread);
+    # `synthesis_max_users` caps the training users (a keyed-hash sample; None: all).
+    synthesis_methods: list[Literal["markov", "pategail", "pategail++", "ldp", "ldp++"]] = (
+        Field(default_factory=lambda: ["markov", "pategail", "pategail++"]))
+    synthesis_seeds: int = Field(1, ge=1, le=20)
+    synthesis_max_users: int | None = Field(2000, ge=2)
 
     @field_validator("prq_km")
     @classmethod
@@ -480,6 +492,8 @@ class StudyConfig(_Section):
             raise ValueError(f"mechanisms has duplicates: {self.mechanisms}")
         if len(set(self.epsilons)) != len(self.epsilons):
             raise ValueError(f"epsilons has duplicates: {self.epsilons}")
+        if len(set(self.synthesis_methods)) != len(self.synthesis_methods):
+            raise ValueError(f"synthesis_methods has duplicates: {self.synthesis_methods}")
         return self
 
 
@@ -499,8 +513,12 @@ def _core_train_fields() -> dict[str, Any]:
 
 # Core fields the `train` section declares itself: a user-facing name (method <- scheme, critic
 # <- critic_kind), the product's default where it differs from the core's (rounds, target
-# epsilon), or a different meaning (seed: unset = derived from the run key).
-_TRAIN_OWN = {"scheme", "critic_kind", "rounds", "target_epsilon", "seed"}
+# epsilon), or a different meaning (seed: unset = derived from the run key). The Markov
+# release's settings of private pre-training come from the `train.markov` section (one home for
+# them, shared with method `markov`): `_TRAIN_MARKOV`.
+_TRAIN_MARKOV = {"markov_mechanism": "mechanism", "markov_cell_depth": "cell_depth",
+                 "markov_tau": "tau", "markov_smooth": "smooth"}
+_TRAIN_OWN = {"scheme", "critic_kind", "rounds", "target_epsilon", "seed", *_TRAIN_MARKOV}
 _TRAIN_RENAMED = {"method": "scheme", "critic": "critic_kind"}
 
 _TrainModelFields = create_model("_TrainModelFields", __base__=_Section, **_core_train_fields())
@@ -539,6 +557,10 @@ class TrainConfig(_TrainModelFields):
     # markov: the DP Markov chain (models/markov.py), one release of normalised per-user counts
     method: Literal["markov", "pategail", "pategail++", "ldp", "ldp++"] = "pategail"
     markov: MarkovSettings = Field(default_factory=MarkovSettings)
+    # true: the noise is calibrated at run time so that all `rounds` fit `target_epsilon` for
+    # the users trained (the run's log says the noise); false: `noise` as set, and a run whose
+    # rounds do not all fit says before it starts after which round it will stop
+    noise_for_target: bool = False
     # critic per user: bce (cross-entropy discriminator, PateGAIL's) or wgan (WGAN-GP,
     # PateGAIL++'s); unset: the method's paper
     critic: Literal["bce", "wgan"] | None = None
@@ -583,15 +605,20 @@ class TrainConfig(_TrainModelFields):
         """A policy trained by imitation learning (TorchDistributor ranks), not a Markov fit."""
         return self.method in LEARNED_METHODS
 
-    def model_config_of(self, seed: int):
-        """The core's typed `models.config.TrainConfig` of this section, with `seed`."""
-        if not self.learned:
-            raise ConfigError(f"train.method={self.method} trains no policy: it has no core "
+    def model_config_of(self, seed: int, method: str | None = None):
+        """The core's typed `models.config.TrainConfig` of this section, with `seed`; `method`
+        (a learned one) in place of `train.method` (the synthesis study trains several)."""
+        method = method or self.method
+        if method not in LEARNED_METHODS:
+            raise ConfigError(f"train.method={method} trains no policy: it has no core "
                               "training config")
         from models.config import TrainConfig as CoreTrainConfig
 
         values = {name: getattr(self, name) for name in _core_train_fields()}
         values.update({core: getattr(self, own) for own, core in _TRAIN_RENAMED.items()})
+        values.update({core: getattr(self.markov, own) for core, own in _TRAIN_MARKOV.items()})
+        if method != self.method:  # another method's paper critic, unless one is set
+            values.update(scheme=method, critic_kind=self.critic)
         values.update(rounds=self.rounds, target_epsilon=self.target_epsilon, seed=seed)
         try:
             return CoreTrainConfig(**values)

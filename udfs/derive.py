@@ -13,7 +13,7 @@ Why one home: the keys (jobs/keys.py) are secrets of the raw zone, and what is d
 (pseudonyms, keyed trajectory hashes, the per-user noise seeds, the training, holdout and
 synthesis seeds) must never change for a given key and message, or published tables would be
 re-keyed and retried tasks would draw other noise. With one message rule and one primitive,
-the call sites (jobs/keys.py, jobs/train/stage.py, jobs/train/data.py,
+the call sites (jobs/keys.py, jobs/train/stage.py, jobs/spark/split.py,
 jobs/synthesize/stage.py, udfs/collect_kernel.py) can only differ in their parts, and
 tests/udfs/test_derive.py pins their outputs. Pure stdlib: no numpy, no pyspark.
 """

@@ -4,7 +4,8 @@ The evaluation table names a mechanism differently per stage (`atp` in the study
 `perturbed_atp` in evaluate's divergences, `atp-release` / `perturbed_atp-release` for the
 published release). A reader should see one mechanism under one name, so every table and chart
 goes through `canonical`, which splits a raw method into (name, source): ("ATP", "study"),
-("ATP", "published release"). Colours come from a fixed qualitative palette by name, so a
+("ATP", "published release"); the synthesis study's `synthesis-study:markov` is
+("DP Markov", "synthesis study"). Colours come from a fixed qualitative palette by name, so a
 method keeps its colour in every chart; epsilon labels are sorted as numbers, never as strings
 ("1, 4, 10", not "1, 10, 4").
 """
@@ -14,14 +15,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from jobs.study.synthesis import PREFIX as SYNTHESIS_STUDY_PREFIX
+
 MECHANISM_NAMES = {"atp": "ATP", "tp": "TP", "exp": "EXP", "uniform": "UNIFORM (LDP)",
                    "ngram": "N-gram", "tracs_d": "TraCS-D", "tracs_c": "TraCS-C"}
-MODEL_NAMES = {"pategail": "PateGAIL", "pategail++": "PateGAIL++", "ldp": "PateGAIL-LDP",
-               "ldp++": "PateGAIL++-LDP"}
+MODEL_NAMES = {"markov": "DP Markov", "pategail": "PateGAIL", "pategail++": "PateGAIL++",
+               "ldp": "PateGAIL-LDP", "ldp++": "PateGAIL++-LDP"}
 REFERENCE_NAMES = {"uniform_random": "uniform random days (baseline)",
                    "real_train": "real training days (floor)",
                    "raw": "raw points (no protection)"}
 STUDY, RELEASE, MODEL, REFERENCE = "study", "published release", "synthetic model", "reference"
+SYNTHESIS_STUDY = "synthesis study"
+
 
 # Okabe-Ito (colour-blind safe) then Tableau's extra hues: 14 distinct colours; names beyond
 # that reuse a colour with a different line style in the charts (`style_of`).
@@ -30,7 +35,8 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 FIXED_COLOURS = {"ATP": PALETTE[0], "TP": PALETTE[1], "EXP": PALETTE[2],
                  "UNIFORM (LDP)": PALETTE[8], "N-gram": PALETTE[4], "TraCS-D": PALETTE[5],
                  "TraCS-C": PALETTE[13], "PateGAIL": PALETTE[3], "PateGAIL++": PALETTE[12],
-                 "PateGAIL-LDP": PALETTE[10], "PateGAIL++-LDP": PALETTE[11],
+                 "DP Markov": PALETTE[6], "PateGAIL-LDP": PALETTE[10],
+                 "PateGAIL++-LDP": PALETTE[11],
                  REFERENCE_NAMES["uniform_random"]: "#7F7F7F",
                  REFERENCE_NAMES["real_train"]: "#000000",
                  REFERENCE_NAMES["raw"]: "#000000"}
@@ -39,6 +45,9 @@ FIXED_COLOURS = {"ATP": PALETTE[0], "TP": PALETTE[1], "EXP": PALETTE[2],
 def canonical(method: str) -> tuple[str, str]:
     """(display name, source) of a raw evaluation method name."""
     raw = str(method)
+    if raw.startswith(SYNTHESIS_STUDY_PREFIX):
+        base = raw.removeprefix(SYNTHESIS_STUDY_PREFIX)
+        return REFERENCE_NAMES.get(base) or MODEL_NAMES.get(base, base), SYNTHESIS_STUDY
     if raw in REFERENCE_NAMES:
         return REFERENCE_NAMES[raw], REFERENCE
     if raw in MODEL_NAMES:

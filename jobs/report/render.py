@@ -23,17 +23,26 @@ import pandas as pd
 
 from jobs.report.figures import plot_divergences, plot_ldp_error, plot_map, plot_training
 from jobs.report.names import display
-from jobs.report.summary import ldp_sentences, mobility_sentences, privacy_sentence
+from jobs.report.summary import (
+    ldp_sentences,
+    mobility_sentences,
+    privacy_sentence,
+    synthesis_sentences,
+)
 from jobs.report.tables import (
     AT_MAX,
+    LONGRANGE_LABELS,
     MOBILITY_LABELS,
     MOBILITY_METRICS,
     against_uniform,
     baseline_row,
     home_table,
     ldp_error_table,
+    longrange_table,
     membership_table,
     mobility_table,
+    split_synthesis_study,
+    synthesis_study_table,
     utility_and_attacks,
 )
 
@@ -188,15 +197,18 @@ def _header_html(dataset: str, header: dict[str, Any]) -> str:
 def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     """Write report.html and figures.json into out_dir; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    ev = inputs.evaluation
+    ev, synth_rows = split_synthesis_study(inputs.evaluation)
+    synthesis = synthesis_study_table(synth_rows)
     ldp = ldp_error_table(ev)
     mobility = mobility_table(ev)
+    longrange = longrange_table(ev)
     verdicts = against_uniform(mobility)
     membership, home, joint = membership_table(ev), home_table(ev), utility_and_attacks(ev)
     ldp_words, ldp_warn = ldp_sentences(ldp)
     mob_words, mob_warn = mobility_sentences(mobility, verdicts)
     spent = privacy_sentence(inputs.header)
-    words = ldp_words + mob_words + ([spent] if spent else [])
+    synth_words = synthesis_sentences(synthesis)
+    words = ldp_words + synth_words + mob_words + ([spent] if spent else [])
     warnings = ldp_warn + mob_warn
     study_warn = [w for w in warnings if "(study)" in w]
     summary_warn = [w for w in warnings if w not in study_warn] + (
@@ -228,6 +240,17 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         _figure("LDP error against epsilon", charts["ldp_error"],
                 "One colour per mechanism; lines: the study, stars: the published release."),
         "</section>",
+        '<section id="synthesis-study"><h2>Synthesis study: which method to publish</h2>',
+        "<p>Each synthesis method of <code>study.synthesis_methods</code> trained on the "
+        "training days at the same epsilon (the configured training target) and scored "
+        "against the held-out days, beside real training days (the floor) and uniform random "
+        "days (the trivial generator). JSD in nats, lower is better; <code>_sd</code>: the "
+        "spread over the study's seeds. Trusted zone: these models are not released; only "
+        "<code>train.method</code> is.</p>",
+        table_html(synthesis, labels=labels) if not synthesis.empty
+        else "<p>No synthesis study in this run (<code>study.synthesis_methods</code> is "
+             "empty, or <code>trajpriv study</code> has not run).</p>",
+        "</section>",
         '<section id="mobility"><h2>Mobility divergences against real days</h2>',
         "<p>Jensen-Shannon divergence (nats, 0 = identical, ln 2 = 0.693 = nothing in common) "
         "of each statistic against real days. Synthetic models are judged against uniform "
@@ -242,6 +265,15 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
                 "Lines: perturbed settings of the study by epsilon; stars: the published "
                 "release; diamonds: synthetic models at their training epsilon; dashed: uniform "
                 "random days; dotted: real training days (the floor)."),
+        "<h3>Long-range statistics (what a first-order chain cannot fit)</h3>",
+        "<p>Against the same real days: the JSD of the daily mobility motifs (the network of a "
+        "day's places) and of the slot of the last return home, the gap between the shares "
+        "of days that end at home (lower is better); the share of days whose motif is one of "
+        "the real days' most common, and the accuracy of a next-place predictor trained on "
+        "the row's days and tested on the real days' moves (higher is better: the real "
+        "training days' row is what a perfect synthesis reaches, uniform random days the "
+        "floor). Definitions: docs/concepts/statistics.md.</p>",
+        table_html(longrange, labels={**labels, **LONGRANGE_LABELS}),
         "</section>",
         '<section id="attacks"><h2>Attacks on our own output</h2>',
         "" if attacked else "<p>No attack figures in this run: run <code>trajpriv evaluate "
@@ -282,13 +314,15 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
             f"<style>{STYLE}</style></head><body>" + "\n".join(sections) + "</body></html>")
     html_path = out_dir / "report.html"
     html_path.write_text(page, encoding="utf-8")
-    evaluation = ev.assign(name=ev["method"].map(display)) if not ev.empty else ev
+    ev_all = inputs.evaluation
+    evaluation = ev_all.assign(name=ev_all["method"].map(display)) if not ev_all.empty else ev_all
     figures = jsonable({
         "dataset": inputs.dataset,
         "header": inputs.header,
         "summary": words,
         "warnings": warnings,
-        "tables": {"ldp_error": ldp, "mobility": mobility, "against_uniform": verdicts,
+        "tables": {"ldp_error": ldp, "synthesis_study": synthesis, "mobility": mobility,
+                   "longrange": longrange, "against_uniform": verdicts,
                    "utility_and_attacks": joint, "privacy": inputs.privacy},
         "against_uniform": verdicts,
         "attacks": {"membership": membership, "home": home},

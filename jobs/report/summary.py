@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.report.names import MECHANISM_NAMES, MODEL, RELEASE, STUDY
+from jobs.report.names import MECHANISM_NAMES, MODEL, REFERENCE_NAMES, RELEASE, STUDY
 from jobs.report.tables import MAX_JSD, MOBILITY_LABELS, MOBILITY_METRICS
 
 
@@ -124,3 +124,32 @@ def privacy_sentence(header: dict[str, Any]) -> str | None:
 
 def metric_label(metric: str) -> str:
     return MOBILITY_LABELS.get(metric, metric)
+
+
+def synthesis_sentences(study: pd.DataFrame) -> list[str]:
+    """The synthesis study in words: which method is best at the study's epsilon (lowest mean
+    divergence over the paper's six statistics) and on how many it beats uniform days."""
+    if study.empty:
+        return []
+    metrics = [m for m in MOBILITY_METRICS if m in study.columns]
+    methods = study[study["epsilon"].notna()].dropna(subset=metrics, how="all")
+    uniform = study[study["name"] == REFERENCE_NAMES["uniform_random"]]
+    if methods.empty or not metrics:
+        return []
+    mean = methods.assign(mean=methods[metrics].mean(axis=1))
+    best = mean.loc[mean["mean"].idxmin()]
+    firsts = {m: methods.loc[methods[m].idxmin(), "name"] for m in metrics
+              if methods[m].notna().any()}
+    wins = sum(1 for name in firsts.values() if name == best["name"])
+    words = [f"Synthesis study at epsilon {best['epsilon']:g}: {best['name']} is the best "
+             f"method (mean JSD {best['mean']:.3f} over the {len(metrics)} mobility statistics; "
+             f"lowest on {wins} of {len(firsts)})."]
+    if not uniform.empty:
+        base = uniform.iloc[0]
+        for r in mean.itertuples():
+            beats = [MOBILITY_LABELS[m] for m in metrics
+                     if pd.notna(getattr(r, m)) and getattr(r, m) < base[m]]
+            words.append(f"{r.name} beats uniform random days on {len(beats)} of "
+                         f"{len(metrics)} statistics in the study.")
+    return words
+

@@ -20,13 +20,20 @@ from jobs.report.names import (
     REFERENCE,
     RELEASE,
     STUDY,
+    SYNTHESIS_STUDY,
     canonical,
     epsilon_value,
 )
+from udfs.longrange import LONGRANGE_METRICS, TOP_MOTIFS
 
 MOBILITY_METRICS = ("distance", "radius", "duration", "dailyloc", "grank", "irank")
 MOBILITY_LABELS = {"distance": "Distance", "radius": "Radius", "duration": "Duration",
                    "dailyloc": "DailyLoc", "grank": "G-rank", "irank": "I-rank"}
+LONGRANGE_LABELS = {"motifs": "Motifs (JSD)",
+                    "motif_top_share": f"days in the real top-{TOP_MOTIFS} motifs",
+                    "home_return": "Last return home (JSD)",
+                    "end_home_gap": "End-at-home gap", "tstr_acc1": "TSTR acc@1",
+                    "tstr_acc5": "TSTR acc@5"}
 MAX_JSD = math.log(2)  # a JSD in nats is at most ln 2: the two histograms share no mass
 AT_MAX = 0.99 * MAX_JSD
 # attack metric names (jobs/evaluate/attacks.py): <attack>_<figure>[_lo|_hi]
@@ -78,7 +85,8 @@ def ldp_error_table(evaluation: pd.DataFrame) -> pd.DataFrame:
     """LDP error per (mechanism, source, epsilon): NE, PRQ@d, ACD, Kendall tau columns."""
     rows = named(evaluation)
     rows = rows[rows["source"].isin([STUDY, RELEASE])
-                & ~rows["metric"].isin(MOBILITY_METRICS) & ~is_attack_metric(rows["metric"])]
+                & ~rows["metric"].isin([*MOBILITY_METRICS, *LONGRANGE_METRICS])
+                & ~is_attack_metric(rows["metric"])]
     if rows.empty:
         return pd.DataFrame()
     wide = _ordered(_wide(rows, ["name", "source", "epsilon", "metric"]))
@@ -97,6 +105,20 @@ def mobility_table(evaluation: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     wide = _ordered(_wide(rows, ["name", "source", "epsilon", "metric"]))
     cols = [m for m in MOBILITY_METRICS if m in wide.columns]
+    return wide[["name", "source", "epsilon", *cols]]
+
+
+def longrange_table(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """The long-range statistics (`udfs.longrange`) per (method, source, epsilon): motif and
+    home-return JSDs and the end-at-home gap (lower is better), the share of days in the real
+    days' top motifs and the next-place accuracies trained on the row's days (higher is
+    better; the real training days' row is the reference, uniform random days the floor)."""
+    rows = named(evaluation)
+    rows = rows[rows["metric"].isin(LONGRANGE_METRICS)]
+    if rows.empty:
+        return pd.DataFrame()
+    wide = _ordered(_wide(rows, ["name", "source", "epsilon", "metric"]))
+    cols = [m for m in LONGRANGE_METRICS if m in wide.columns]
     return wide[["name", "source", "epsilon", *cols]]
 
 
@@ -223,3 +245,30 @@ def utility_and_attacks(evaluation: pd.DataFrame) -> pd.DataFrame:
     wide = wide.dropna(subset=cols, how="all")  # attacked (model, epsilon) pairs only
     cols = [m for m in MOBILITY_METRICS if m in wide.columns] + cols
     return wide[["name", "epsilon", *cols]].reset_index(drop=True)
+
+
+def split_synthesis_study(evaluation: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every other row, the synthesis study's rows): the study's models are never released,
+    so its rows get a table of their own and never mix with the evaluated models' rows."""
+    if evaluation.empty:
+        return evaluation, evaluation
+    mask = evaluation["method"].map(lambda m: canonical(m)[1] == SYNTHESIS_STUDY)
+    return evaluation[~mask], evaluation[mask]
+
+
+def synthesis_study_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per method of the synthesis study (references first: real training days, the
+    floor; uniform random days, the trivial generator), one column per statistic (mean over
+    the study's seeds) and `<statistic>_sd` beside it when it ran several seeds."""
+    if rows.empty:
+        return pd.DataFrame()
+    wide = _wide(named(rows), ["name", "epsilon", "metric"])
+    refs = wide["epsilon"].isna()
+    wide = pd.concat([wide[refs].sort_values("name", ascending=False), wide[~refs]])
+    means = [c for c in wide.columns if c not in ("name", "epsilon") and not c.endswith("_sd")]
+    ordered = ([m for m in MOBILITY_METRICS if m in means]
+               + sorted(m for m in means if m not in MOBILITY_METRICS and m != "epsilon_spent")
+               + [m for m in ("epsilon_spent",) if m in means])
+    cols = [c for m in ordered for c in (m, f"{m}_sd") if c in wide.columns]
+    return wide[["name", "epsilon", *cols]].reset_index(drop=True)
+

@@ -1,7 +1,8 @@
 """`trajpriv train` with `train.method: markov`: the DP Markov chain of `models.markov`.
 
 Steps (plan, then spend), as for the learned methods:
-1. the train/held-out split and the training days staged as Parquet shards (jobs/train/data.py);
+1. the train/held-out split (jobs/spark/split.py) and the training days staged as Parquet
+   shards (jobs/train/data.py);
 2. the ledger charged `planned` at the target epsilon for every training user;
 3. one Spark task per shard sums its users' normalised statistics (`models.markov.user_stats`:
    each user contributes vectors of bounded mass, whatever its number of days); the driver adds
@@ -81,7 +82,7 @@ def sharded_stats(spark, staging: Path, loc_ids: np.ndarray, coords: np.ndarray,
 
 def fit(spark, cfg: Config, staging: Path, seed: int) -> tuple[MarkovModel, dict]:
     """Stage nothing, charge nothing: the statistics of the staged shards, released once."""
-    from jobs.train.data import load_locations
+    from jobs.spark.split import load_locations
 
     loc_ids, coords = load_locations(spark, cfg.dataset)
     ms = cfg.train.markov

@@ -3,7 +3,7 @@
 Steps (plan, then spend):
 1. driver: build and validate the model config and the devices (ConfigError before any Spark
    work; `check_devices`, `check_spark_gpus`);
-2. Spark: write the train/held-out split (`trajpriv_raw.slot_days_split`, see jobs/train/data.py)
+2. Spark: write the train/held-out split (`trajpriv_raw.slot_days_split`, see jobs/spark/split.py)
    and stage the training days as Parquet partitioned by rank (hash of the user id);
 3. TorchDistributor(num_processes=W, local_mode=train.local_mode, use_gpu=train.use_gpu) runs
    `models.distributed.run_rank` on every rank: gloo process group (NCCL for device tensors with
@@ -237,7 +237,8 @@ def rank_errors(out_dir: Path, world: int) -> str:
 
 
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
-    from jobs.train.data import load_locations, load_shard, stage_shards, write_split
+    from jobs.spark.split import load_locations, write_split
+    from jobs.train.data import load_shard, stage_shards
     from models.distributed import RankFailedError, RankJob, check_summary
 
     if not cfg.train.learned:
@@ -261,6 +262,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         split = write_split(spark, cfg)
         meta = stage_shards(spark, cfg, staging, world)
         loc_ids, coords = load_locations(spark, cfg.dataset)
+        mc, plan_note = plan_rounds(cfg, mc, meta["n_users"], coords)
         t_stage = time.perf_counter() - t0
         job = RankJob(mc.to_dict(), cfg.train.blocks,
                       functools.partial(load_shard, str(staging), loc_ids, coords),
@@ -291,16 +293,67 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
         shutil.rmtree(staging, ignore_errors=True)
     write_trusted(out_dir, summary, split, meta)
     figures = figures_of(summary, mc, meta, t_stage, t_launch, out_dir)
+    figures["warnings"] += plan_note
     charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], ledger_model(mc),
                     state="spent", epsilon=float(figures["epsilon"]))
     return figures
 
 
+def affordable_rounds(mc: TrainConfig, n_users: int, coords) -> int:
+    """The most rounds (at most `mc.rounds`) whose planned epsilon stays within the target."""
+    from models.budget import planned_epsilon
+
+    lo, hi = 0, mc.rounds  # planned epsilon grows with the rounds: bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if planned_epsilon(mc, n_users, coords, mid) <= mc.target_epsilon:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def plan_rounds(cfg: Config, mc: TrainConfig, n_users: int, coords
+                ) -> tuple[TrainConfig, list[str]]:
+    """The run's plan for the users it will train, said before it starts. With
+    `train.noise_for_target` the noise is the smallest at which every planned round fits the
+    target (`models.budget.noise_for_epsilon`; a function of the config and the number of
+    users, both public); otherwise a plan that runs out of budget early is said in the log and
+    in the run's warnings, with the noise that would fit. Returns (config, warnings)."""
+    import dataclasses
+
+    from models.budget import noise_for_epsilon
+
+    if mc.target_epsilon is None:
+        return mc, []
+    try:
+        fitting = noise_for_epsilon(mc, n_users, coords, mc.rounds, mc.target_epsilon)
+    except ValueError as exc:
+        raise ConfigError(f"train.target_epsilon={mc.target_epsilon:g}: {exc}; raise it or "
+                          "lower train.start_hist_epsilon") from None
+    if cfg.train.noise_for_target:
+        log.info("train plan: noise %.4g makes all %d rounds fit epsilon %g for %d users",
+                 fitting, mc.rounds, mc.target_epsilon, n_users)
+        return dataclasses.replace(mc, noise=fitting), []
+    rounds = affordable_rounds(mc, n_users, coords)
+    if rounds >= mc.rounds:
+        log.info("train plan: all %d rounds fit epsilon %g for %d users", mc.rounds,
+                 mc.target_epsilon, n_users)
+        return mc, []
+    note = (f"the target epsilon {mc.target_epsilon:g} pays for {rounds} of the "
+            f"{mc.rounds} planned rounds at noise {mc.noise:g} for {n_users} users: the run "
+            f"stops after round {rounds}; noise {fitting:.4g} (or train.noise_for_target: "
+            "true) fits them all")
+    log.warning("train plan: %s", note)
+    return mc, [note]
+
+
 def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
     """`train.method: markov` (jobs/train/markov.py): the same split, staging and ledger
     charges as a learned run; one release instead of rounds."""
+    from jobs.spark.split import write_split
     from jobs.train import markov
-    from jobs.train.data import stage_shards, write_split
+    from jobs.train.data import stage_shards
 
     if getattr(ctx.args, "resume", None):
         raise ConfigError("--resume continues a learned run's rounds; a markov run is one "
@@ -348,12 +401,11 @@ def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, us
     ranks start, `spent` at the accounted epsilon after; a user's training total takes the
     `spent` row of a run when there is one, else its `planned` upper bound. A resumed run
     continues the killed run's accountant, so both share one release id (the first run's)."""
-    from jobs.spark.ledger import record_training
+    from jobs.spark.ledger import TrainingCharge, record_training
 
     users = spark.createDataFrame([(str(u),) for u in user_ids], "user_id string")
-    record_training(spark, dataset=cfg.dataset, run_id=run_id, release_id=resume_from or run_id,
-                    users=users, epsilon=epsilon, delta=cfg.train.delta,
-                    model=model, state=state)
+    record_training(users, TrainingCharge(cfg.dataset, run_id, model, epsilon, cfg.train.delta,
+                                          state, release_id=resume_from or run_id))
 
 
 def ledger_model(mc: TrainConfig) -> str:

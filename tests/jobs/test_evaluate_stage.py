@@ -59,7 +59,7 @@ def study_config(spark_config, mechanisms, epsilons, end: dt.date):
 
     tree = spark_config.model_dump(mode="json")
     tree["dataset"] = DATASET
-    tree["study"] = {"mechanisms": mechanisms, "epsilons": epsilons}
+    tree["study"] = {"mechanisms": mechanisms, "epsilons": epsilons, "synthesis_methods": []}
     tree["collect"] = {"window_start": START.isoformat(), "window_end": end.isoformat()}
     return config_from_mapping(tree)
 

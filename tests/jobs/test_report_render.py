@@ -122,3 +122,30 @@ def test_attack_tables_sit_next_to_the_utility_of_the_same_run(tmp_path: Path) -
     assert "0.850 [0.800, 0.900]" in page  # raw home share with its interval
     figures = json.loads(json_path.read_text())
     assert len(figures["attacks"]["membership"]) == 3 and len(figures["attacks"]["home"]) == 2
+
+
+def test_synthesis_study_has_its_own_table_and_names_the_best_method(tmp_path: Path) -> None:
+    """The synthesis study's rows (jobs/study/synthesis.py) make a table of their own with the
+    Markov model in it, the summary names the best method at the study's epsilon, and the rows
+    never mix with the evaluated models' rows (same name and epsilon as a published model)."""
+    prefix = "synthesis-study:"
+    values = {"real_train": 0.01, "uniform_random": 0.5, "markov": 0.05, "pategail": 0.2}
+    rows = [("s1", "d", prefix + m, None if m in ("real_train", "uniform_random") else "10.0",
+             metric, v) for m, v in values.items() for metric in MOBILITY_METRICS]
+    rows += [("s1", "d", prefix + "markov", "10.0", f"{m}_sd", 0.001) for m in MOBILITY_METRICS]
+    rows += [("e1", "d", "pategail", "10.0", m, 0.4) for m in MOBILITY_METRICS]
+    base = _inputs()
+    inputs = ReportInputs("d", pd.DataFrame(rows, columns=base.evaluation.columns),
+                          base.map_points, base.training, base.privacy)
+    html_path, json_path = render_report(inputs, tmp_path)
+    figures = json.loads(json_path.read_text())
+    study = pd.DataFrame(figures["tables"]["synthesis_study"])
+    assert list(study["name"][:2]) == ["uniform random days (baseline)",
+                                       "real training days (floor)"]
+    assert set(study["name"][2:]) == {"DP Markov", "PateGAIL"}
+    assert study.loc[study["name"] == "DP Markov", "dailyloc_sd"].item() == 0.001
+    assert figures["summary"][0].startswith("Synthesis study at epsilon 10: DP Markov is the "
+                                            "best method")
+    mobility = pd.DataFrame(figures["tables"]["mobility"])
+    assert mobility.loc[mobility["name"] == "PateGAIL", "dailyloc"].tolist() == [0.4]
+    assert "Synthesis study: which method to publish" in html_path.read_text()

@@ -261,8 +261,9 @@ def test_markov_sharded_fit_equals_the_in_process_fit(spark, markov_run, spark_c
                                                      toy_tables, tmp_path):
     """Summing per-shard statistics in Spark tasks and releasing once gives the model the
     in-process `fit_markov` gives on the same users with the same seed."""
+    from jobs.spark.split import load_locations
     from jobs.train import markov
-    from jobs.train.data import load_locations, stage_shards
+    from jobs.train.data import stage_shards
     from models.markov import fit_markov, move_cells, user_stats
 
     cfg, _ = markov_run

@@ -57,8 +57,8 @@ def test_traj_key_hmac_hex_is_pinned():
 
 
 def test_run_key_seeds_are_pinned(cfg):
+    from jobs.spark.split import holdout_salt
     from jobs.synthesize.stage import synth_seed
-    from jobs.train.data import holdout_salt
     from jobs.train.stage import training_seed
 
     assert training_seed(cfg) == 5880737851330534506
