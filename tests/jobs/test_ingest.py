@@ -404,3 +404,51 @@ def test_the_runs_row_and_console_line_carry_no_raw_count(spark, spark_config):
     assert stat.S_IMODE(trusted.stat().st_mode) == 0o600
     kept = json.loads(trusted.read_text())
     assert kept["records_read"] == 12 and kept["quarantined_by_reason"]["duplicate"] == 1
+
+
+FOURSQUARE_CONF = Path(__file__).resolve().parents[2] / "conf" / "foursquare_nyc.yaml"
+
+
+@pytest.mark.realdata
+def test_foursquare_nyc_slice_through_the_stage_matches_numpy(spark, spark_config, shared_data,
+                                                              tmp_path):
+    """conf/foursquare_nyc.yaml's ingest section, on its first 50 users (ingest.path set to a
+    slice of NYC.npy), through the Spark stage: every count and slot day as numpy gives them
+    from the arrays directly."""
+    import numpy as np
+
+    from jobs.config import load_config
+
+    folder = shared_data / "foursquare_nyc"
+    rows = np.load(folder / "NYC.npy")
+    rows = rows[rows[:, 0] <= 50]
+    np.save(tmp_path / "NYC.npy", rows)
+    icfg = load_config(FOURSQUARE_CONF, [f"ingest.path={tmp_path / 'NYC.npy'}",
+                                         f"ingest.locations_path={folder / 'NYC_POI.npy'}",
+                                         "ingest.buckets=2"]).ingest
+    figures = _run(spark, spark_config.model_copy(update={"dataset": "fsq50", "ingest": icfg}))
+
+    unique = np.unique(rows, axis=0)  # exact repeats of (user, venue, minute) are duplicates
+    stamps = np.datetime64(icfg.time_origin) + unique[:, 2].astype("timedelta64[m]")
+    days = np.unique(np.c_[unique[:, 0], stamps.astype("datetime64[D]").astype(np.int64)], axis=0)
+    assert figures["records_read"] == len(rows)
+    assert figures["quarantined_by_reason"] == {"duplicate": len(rows) - len(unique)}
+    assert figures["points"] == len(unique) and figures["slot_days"] == len(days)
+
+    points = _rows(spark, "trajpriv_raw.points", "fsq50")
+    assert points["user_id"].nunique() == 50
+    poi = np.load(folder / "NYC_POI.npy")
+    at = {int(i): (lat, lon) for i, lat, lon in poi}
+    want = np.array([at[int(v)] for v in points["loc_id"]])
+    np.testing.assert_allclose(points[["lat", "lon"]].to_numpy(), want)  # the venue's place
+    got = points.assign(ts=points["ts"].astype("datetime64[ns]"))
+    assert sorted(zip(got["user_id"].astype(int), got["loc_id"], got["ts"], strict=True)) == sorted(
+        zip(unique[:, 0], unique[:, 1], stamps.astype("datetime64[ns]"), strict=True))
+
+    # A day of one check-in is that venue in all 48 slots (held all day: the shaping rule).
+    slot_days = _rows(spark, "trajpriv_raw.slot_days", "fsq50")
+    per_day = pd.Series(1, index=pd.MultiIndex.from_arrays(
+        [unique[:, 0].astype(str), pd.DatetimeIndex(stamps).normalize()])).groupby(level=[0, 1])
+    single = per_day.sum()[lambda c: c == 1].index
+    one = slot_days.set_index(["user_id", pd.DatetimeIndex(slot_days["date"])]).loc[single]
+    assert len(one) > 100 and all(len(set(s)) == 1 for s in one["slots"])

@@ -1082,6 +1082,37 @@ CASES: list[Case] = [
         lambda t: __import__("jobs.config").config.load_config(None, []).collect.window_text(),
         check=lambda text: _equal(text, "all dates"),
     ),
+    # --- check-in arrays (.npy, the Foursquare NYC layout [user, venue, minutes])
+    Case(
+        "npy_unknown_venue",
+        "ingest_local (check-in array)",
+        "a row naming venue 99, which the location file does not hold",
+        lambda t: _npy(t, [[7, 99, 660]]),
+        reason="unknown_location",
+    ),
+    Case(
+        "npy_user_not_a_number",
+        "ingest_local (check-in array)",
+        "a float array whose user id is NaN",
+        lambda t: _npy(t, [[np.nan, 4, 660]]),
+        reason="unparsable_line",
+    ),
+    Case(
+        "npy_column_count",
+        "jobs.ingest.readers.pipeline.parse_file",
+        "ingest.columns names 4 columns of a 3-column array",
+        lambda t: _npy(t, [], columns=("user", "location id", "timestamp", "extra")),
+        raises=InputDataError,
+        match=r"NYC\.npy: the array has 3 columns but ingest\.columns names 4",
+    ),
+    Case(
+        "npy_without_location_file",
+        "jobs.ingest.stage.plan_inputs (driver, no Spark)",
+        "a check-in array (venue ids, no coordinates) without ingest.locations_path",
+        lambda t: _plan_npy(t),
+        raises=InputDataError,
+        match=r"NYC\.npy: check-in arrays name locations by id, so they need the location file",
+    ),
 ]
 
 
@@ -1151,6 +1182,34 @@ def _users_as_written(res: Ingested, users: set[str]) -> None:
 
 def _equal(got, want) -> None:
     assert got == want, got
+
+
+NPY_GOOD = [[7, 1, 480], [7, 2, 540], [7, 3, 600]]  # user 7 at venues 1, 2, 3 from 08:00
+
+
+def _npy(tmp: Path, bad: list, columns=("user", "location id", "timestamp")) -> Ingested:
+    import datetime as dt
+
+    path = tmp / "NYC.npy"
+    np.save(path, np.array(NPY_GOOD + bad, dtype=np.float64 if bad and np.isnan(
+        np.sum(bad)) else np.int32))
+    opts = ReaderOptions(source="checkins", header=False, columns=tuple(columns),
+                         ts_unit="minutes", time_origin=dt.datetime(2014, 6, 1))
+    tables, _ = ingest_local([path], opts, STATIONS)
+    return Ingested(tables, len(NPY_GOOD) + len(bad), len(NPY_GOOD))
+
+
+def _plan_npy(tmp: Path):
+    from jobs.config import load_config
+    from jobs.ingest.readers.plan import plan_inputs
+
+    path = tmp / "NYC.npy"
+    np.save(path, np.array(NPY_GOOD, dtype=np.int32))
+    cfg = load_config(None, [f"storage.root={tmp}", "ingest.source=checkins",
+                             f"ingest.path={path}", "ingest.header=false",
+                             "ingest.columns=[user, location id, timestamp]",
+                             "ingest.ts_unit=minutes"])
+    return plan_inputs(cfg)
 
 
 def _parquet_end_before_start(tmp: Path) -> Ingested:

@@ -18,6 +18,7 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 
+from jobs.config import format_holds_year
 from jobs.ingest.readers.common import (
     Lines,
     Reason,
@@ -108,12 +109,6 @@ _PY_MIN = dt.datetime(1677, 9, 21, 0, 12, 44)
 _PY_MAX = dt.datetime(2262, 4, 11, 23, 47, 16)
 
 
-def format_holds_year(fmt: str | None) -> bool:
-    """Whether a strptime format gives the year (None: ISO 8601, which always does); a
-    format without one would date every file in strptime's default year, 1900."""
-    return fmt is None or re.search(r"%[YyGcx]", fmt.replace("%%", "")) is not None
-
-
 def file_date(path: str, pattern: str, fmt: str | None, year: int | None = None) -> dt.date:
     """The date `ingest.date_from` takes from a file's name (else from its whole path): the
     regex's group `date`, else its first group, else the whole match; read with `fmt`
@@ -184,7 +179,13 @@ def parse_timestamps(text: pd.Series, spec: TableSpec) -> tuple[pd.Series, np.nd
     if spec.ts_unit == "datetime":
         ts = parse_datetime(text, spec.utc_offsets)
         return ts, _beyond_pandas(text, ts, None)
-    values, _ = parse_float(text)
+    return count_timestamps(parse_float(text)[0], spec)
+
+
+def count_timestamps(values: np.ndarray, spec: TableSpec) -> tuple[pd.Series, np.ndarray]:
+    """Numbers of `spec.ts_unit` counted from ts_origin (from the file's day with `spec.day`)
+    -> (timestamps, out_of_range); NaT where not finite or beyond what pandas holds."""
+    values = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(values)
     unit = {"minutes": 60.0, "seconds": 1.0, "milliseconds": 1e-3}[spec.ts_unit]
     origin = pd.Timestamp(spec.day) if spec.day is not None else pd.Timestamp(spec.ts_origin)

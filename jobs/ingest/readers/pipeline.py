@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from jobs.ingest import shaping
 from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, map_points
-from jobs.ingest.readers import checkins, plt, telecom
+from jobs.ingest.readers import checkins, npy, plt, telecom
 from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.ingest.readers.common import Reason, Window
 from jobs.ingest.readers.delimited import TableSpec, file_date, parse_delimited
@@ -82,6 +82,8 @@ def parse_file(
             ) from None
     if opts.source == "plt":
         return plt.parse_plt(content, path, opts.window)
+    if npy.is_npy(path):
+        return npy.parse_npy(content, path, npy.array_spec(table_spec(opts)), opts.window)
     if opts.source in ("checkins", "telecom"):
         spec = table_spec(opts)
         if opts.date_from:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.config import Config, IngestConfig
-from jobs.ingest.locmap import Grid, Locations, km_grid, load_locations
-from jobs.ingest.readers import slots48, telecom
+from jobs.ingest.locmap import Grid, Locations, LocationSet, km_grid, load_locations
+from jobs.ingest.readers import npy, slots48, telecom
 from jobs.ingest.readers.common import Window
 from jobs.ingest.readers.delimited import file_date, resolve_header
 from jobs.ingest.readers.pipeline import ReaderOptions
@@ -112,9 +112,9 @@ def plan_inputs(cfg: Config) -> InputPlan:
         files = _list_files(path, (".plt", ".plt.gz"), icfg.include, icfg.exclude)
         want = "*.plt files"
     else:
-        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet"), icfg.include,
-                            icfg.exclude)
-        want = "*.csv or *.parquet files"
+        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet", npy.SUFFIX),
+                            icfg.include, icfg.exclude)
+        want = "*.csv, *.parquet or *.npy files"
     if not files:
         raise InputDataError(f"input path {path} holds no {want}")
     if all(f.stat().st_size == 0 for f in files):
@@ -134,6 +134,7 @@ def plan_inputs(cfg: Config) -> InputPlan:
             "ingest.grid_km with ingest.grid_bbox for a grid (or run datagen, which writes "
             f"{cfg.storage.landing / cfg.dataset / 'stations.csv'})"
         )
+    _check_arrays(files, locations, opts, path)
     parquet = [f for f in files if f.name.lower().endswith(".parquet")]
     if parquet and icfg.source != "telecom":
         raise InputDataError(f"{parquet[0]}: Parquet input is read for source telecom only")
@@ -166,7 +167,7 @@ def plan_inputs(cfg: Config) -> InputPlan:
         opts=opts,
         where=str(path),
     )
-    if plan.kind == "text" and icfg.source != "plt":
+    if plan.kind == "text" and icfg.source != "plt" and not npy.is_npy(files[0]):
         from jobs.ingest.readers.pipeline import table_spec
 
         spec = table_spec(opts)
@@ -179,6 +180,29 @@ def plan_inputs(cfg: Config) -> InputPlan:
             resolve_header(head, spec, str(f))  # raises naming the file and the missing column
             plan.headers[str(f)] = head
     return plan
+
+
+def _check_arrays(files: list[Path], locations: Locations | None, opts: ReaderOptions,
+                  path: Path) -> None:
+    """.npy check-in arrays: alone in the input, with a location file (their rows carry a
+    location id, not coordinates), each readable with the configured columns."""
+    arrays = [f for f in files if npy.is_npy(f)]
+    if not arrays:
+        return
+    if len(arrays) != len(files):
+        raise InputDataError(f"input {path} mixes .npy arrays and other files; keep one format")
+    if opts.date_from:
+        raise InputDataError(f"{arrays[0]}: ingest.date_from dates clock times of text files; "
+                             "an array's times count from ingest.time_origin (unset date_from)")
+    if not isinstance(locations, LocationSet):
+        raise InputDataError(
+            f"{arrays[0]}: check-in arrays name locations by id, so they need the location "
+            "file those ids index: set ingest.locations_path (rows [id, lat, lon], .npy or csv)")
+    from jobs.ingest.readers.pipeline import table_spec
+
+    spec = npy.array_spec(table_spec(opts))
+    for f in arrays:
+        npy.check_file(f, spec)
 
 
 def _head(path: Path, encoding: str = "utf-8") -> str:
