@@ -12,6 +12,10 @@ Comparisons made for `cfg.dataset`, each one row per metric in `trajpriv_trusted
   trajectories: the raw and
   the perturbed points are put into 48-slot days with the raw timestamps (this runs in the
   trusted zone; only the divergences are published), so the only difference is the mechanism.
+Beside the six divergences, each real and synthetic comparison (not the perturbed ones) gets
+the long-range statistics of `udfs.longrange` (daily motifs, home return, train on the
+compared days / test on the held-out days): one more Spark pass of integer counts,
+`jobs/evaluate/longrange.py`, the same in both modes.
 With `--attacks` (or `evaluate.attacks`), also the attacks of `jobs/evaluate/attacks.py`: home
 re-identification, and white-box MIA and LiRA against the train runs behind the synthetic days
 compared above (rows with the same method and setting as their divergences).
@@ -26,7 +30,7 @@ JSDs with the numpy core (`udfs.mobility.compare_summaries`). Two Spark passes i
   published trajectories. Only integer counts are added up, so the divergences equal those of
   one `udfs.mobility.jsd_metrics` call on each comparison's days (tests/jobs/
   test_evaluate_stage.py). (Exploding every setting into point rows and building slot days per
-  (setting, side, user) group, one pass per comparison, took 28 minutes at Telecom scale.)
+  (setting, side, user) group would take one pass per comparison.)
 Row shapes: slot days (part, slots) -> histogram rows (part, kind, key, w) -> DaySummary per
 part; pairs (mechanism, epsilon, traj_key, user_id, ts[], raw[], pert[]) one per published
 trajectory -> per task: points -> slot days -> histogram rows (mechanism, epsilon, side, kind,
@@ -50,6 +54,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.config import Config
+from jobs.evaluate.longrange import longrange_summaries
 from jobs.evaluate.pairs import latest_runs, perturbed_pairs
 from jobs.evaluate.summaries import (
     SUMMARY_ROW_DDL,
@@ -61,7 +66,7 @@ from jobs.ingest.shaping import build_slot_days
 from jobs.progress import spark_progress
 from jobs.spark.catalog import read_table, table_exists
 from jobs.spark.evaluation import write_evaluation
-from jobs.spark.per_user import per_user
+from jobs.spark.per_user import per_partition
 from jobs.spark.tables import (
     LOCATIONS,
     SLOT_DAYS,
@@ -69,6 +74,7 @@ from jobs.spark.tables import (
     SYNTHETIC_TRAJECTORIES,
 )
 from udfs.errors import InputDataError, InvalidTrajectoryError
+from udfs.longrange import compare_longrange
 from udfs.mobility import compare_summaries, metric_bins, validate_coords
 from udfs.mobility_bins import SLOTS, MetricBins
 from udfs.mobility_stats import DaySummary
@@ -326,8 +332,7 @@ def perturbed_summaries(
 
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     rows = (
-        per_user(pairs, kernel, PAIR_SUMMARY_DDL, partitions=parts, arrow=True,
-                 whole_partition=True)
+        per_partition(pairs, kernel, PAIR_SUMMARY_DDL, partitions=parts, arrow=True)
         .groupBy(*PAIR_KEYS, "kind", "key")
         .agg(F.sum("w").alias("w"))
         .collect()
@@ -403,10 +408,15 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         expected = [(HELD_OUT,), *{(t[0],) for t in tables}]
         with spark_progress(spark, "evaluate real and synthetic days", "tasks"):
             summaries = summarize_groups_pandas(days, ["part"], coords, bins, "days", expected)
+        timings["real and synthetic"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        with spark_progress(spark, "evaluate long-range statistics", "tasks"):
+            longrange = longrange_summaries(days, len(coords), [g[0] for g in expected])
         for label, method, setting in tables:
             values = compare_summaries(summaries[(HELD_OUT,)], summaries[(label,)], bins)
+            values.update(compare_longrange(longrange[HELD_OUT], longrange[label], len(coords)))
             record(label, method, setting, values)
-        timings["real and synthetic"] = round(time.perf_counter() - t0, 2)
+        timings["long-range"] = round(time.perf_counter() - t0, 2)
     pairs = perturbed_pairs(spark, cfg)
     if pairs is not None:
         t0 = time.perf_counter()

@@ -79,7 +79,7 @@ def summarize_groups_pandas(
 
     schema = ", ".join([*(f"`{k}` {types[k]}" for k in keys), SUMMARY_ROW_DDL])
     rows = (
-        days_df.select(*keys, "slots", _valid(F.col("slots"), n_loc).alias("valid"))
+        days_df.select(*keys, "slots", valid_day(F.col("slots"), n_loc).alias("valid"))
         .mapInPandas(kernel, schema)
         .groupBy(*keys, "kind", "key")
         .agg(F.sum("w").alias("w"))
@@ -148,7 +148,7 @@ def _summary_rows(s: DaySummary) -> pd.DataFrame:
     )
 
 
-def _valid(slots: Column, n_loc: int) -> Column:
+def valid_day(slots: Column, n_loc: int) -> Column:
     """True for a day of exactly 48 non-null ids in [0, n_loc); never null."""
     in_range = F.forall(slots, lambda x: x.isNotNull() & (x >= 0) & (x < n_loc))
     return F.coalesce((F.size(slots) == SLOTS) & in_range, F.lit(False))
