@@ -46,6 +46,7 @@ __all__ = [
     "home_buckets",
     "longrange_metrics",
     "merge_summaries",
+    "motif_coverage",
     "motif_label",
     "move_keys",
     "summarize_longrange",
@@ -346,18 +347,22 @@ def compare_longrange(real: LongRangeSummary, other: LongRangeSummary,
     }
 
 
+def motif_coverage(days: np.ndarray, n_locations: int, n: int = TOP_MOTIFS) -> float:
+    """Share of the days whose motif is one of their own n most common motifs."""
+    s = summarize_longrange(validate_days(days, n_locations, "days"), n_locations)
+    return float(s.motif_counts[np.isin(s.motif_keys, top_motifs(s, n))].sum() / s.n_days)
+
+
 def longrange_metrics(real_days: np.ndarray, synth_days: np.ndarray, coords: np.ndarray,
                       train_days: np.ndarray | None = None) -> dict[str, float]:
-    """LONGRANGE_METRICS of synthetic days against real (held-out) days, plus
-    `motif_top_share_real` (the real days' own share in their TOP_MOTIFS motifs) and, with
-    `train_days` (the real days the synthesis was trained on), the real-trained predictor's
-    `tstr_real_acc1` / `tstr_real_acc5` on the same real days: the reference TSTR aims at."""
+    """LONGRANGE_METRICS of synthetic days against real (held-out) days; with `train_days`
+    (the real days the synthesis was trained on) also the real-trained predictor's
+    `tstr_real_acc1` / `tstr_real_acc5` on the same real days: the reference TSTR aims at.
+    coords: the (L, 2) location table of `udfs.mobility` (only its length is used)."""
     n_loc = int(np.asarray(coords).shape[0])
     real = summarize_longrange(validate_days(real_days, n_loc, "real_days"), n_loc)
     synth = summarize_longrange(validate_days(synth_days, n_loc, "synth_days"), n_loc)
     out = compare_longrange(real, synth, n_loc)
-    out["motif_top_share_real"] = float(
-        real.motif_counts[np.isin(real.motif_keys, top_motifs(real))].sum() / real.n_days)
     if train_days is not None:
         train = summarize_longrange(validate_days(train_days, n_loc, "train_days"), n_loc)
         acc = tstr_accuracy((train.move_keys, train.move_counts),

@@ -20,6 +20,7 @@ from udfs.longrange import (
     home_buckets,
     longrange_metrics,
     merge_summaries,
+    motif_coverage,
     motif_label,
     summarize_longrange,
     summary_counts,
@@ -101,7 +102,7 @@ def test_motif_jsd_and_top_share_by_hand():
     # classes: two places (A), D's three, E's star, other: real (2, 1, 0, 0), synth (1, 0, 1, 1)
     assert m["motifs"] == pytest.approx(js2([2, 1, 0, 0], [1, 0, 1, 1]), abs=1e-12)
     assert m["motif_top_share"] == pytest.approx(1 / 3)  # only A is among real's top classes
-    assert m["motif_top_share_real"] == 1.0
+    assert motif_coverage(real, 8) == 1.0 and motif_coverage(synth, 8, n=1) == pytest.approx(1 / 3)
     assert longrange_metrics(real, real, COORDS8)["motifs"] == 0.0
 
 
