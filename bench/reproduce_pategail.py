@@ -43,10 +43,17 @@ from models.features import expert_trajectories
 from models.starts import start_jsd, start_mass
 from models.synthesis import synthesize
 from models.train import fit
+from udfs.longrange import longrange_metrics
 from udfs.mobility import jsd_metrics
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "geolife_pategail"
 COLS = ("dailyloc", "grank", "irank", "distance", "radius")
+
+
+def scores(test: np.ndarray, days: np.ndarray, coords: np.ndarray, mode: str) -> dict:
+    """The six JSDs of udfs.mobility in `mode` and the long-range statistics of udfs.longrange
+    (motifs, home return, train on `days` / test on `test`) of `days` against `test`."""
+    return {**jsd_metrics(test, days, coords, mode), **longrange_metrics(test, days, coords)}
 
 
 def env_freq_days(env: MobilityEnv, real: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -81,7 +88,7 @@ def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarr
             "critic_gap": [h["trusted"].get("critic_gap") for h in res.history],
             "start_jsd": start_jsd(sp, true_starts),
             "starts_off": float(np.isin(days[:, 0], np.flatnonzero(true_starts == 0)).mean()),
-            **jsd_metrics(test, days, data.coords, mode)}
+            **scores(test, days, data.coords, mode)}
 
 
 def geolife_setup(seeds: list[int]):
@@ -90,10 +97,10 @@ def geolife_setup(seeds: list[int]):
     data, real, test = load_geolife(DATA)
     env = MobilityEnv(data.coords)
     mass = start_mass(data.days_per_user, env.n_locations).numpy()
-    reference = jsd_metrics(test, real, data.coords, "paper")
-    uniform = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations,
-                                                                   size=(len(test), SLOTS)),
-                           data.coords, "paper") for s in seeds]
+    reference = scores(test, real, data.coords, "paper")
+    uniform = [scores(test, np.random.default_rng(s).integers(env.n_locations,
+                                                              size=(len(test), SLOTS)),
+                      data.coords, "paper") for s in seeds]
     return data, real, test, env, mass / mass.sum(), reference, uniform
 
 

@@ -9,6 +9,9 @@ udfs.mobility against test.data, as bench/reproduce_pategail.py, whose helpers t
   the epsilon (models.budget.noise_for_epsilon), target_epsilon set to it; the DP start
   distribution takes `--start-share` of the epsilon in pure epsilon (start_hist_epsilon);
 - uniform random (every slot an independent uniform location) and real.data (the reference).
+Besides the six JSDs, every row has the long-range statistics of udfs.longrange (daily motifs,
+home return, train on the row's days / test on the held-out days), in a second table; the
+reference row's train-on-synthetic accuracy is the real-trained one.
 `--mechanisms` picks the PateGAIL release mechanisms (default laplace,gaussian) and
 `--destinations` the destination modes (default public; `public,learned` adds a row per
 mechanism with the policy's learned destination head, train.destination: learned, issue 16
@@ -50,7 +53,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.reproduce_pategail import env_freq_days, geolife_setup, run_one, summarise  # noqa: E402
+from bench.reproduce_pategail import (  # noqa: E402
+    env_freq_days,
+    geolife_setup,
+    run_one,
+    scores,
+    summarise,
+)
 from jobs.spark.tables import LOCATIONS, SLOT_DAYS_SPLIT, Table  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
@@ -58,9 +67,10 @@ from models.data import TrainData  # noqa: E402
 from models.env import SLOTS, MobilityEnv  # noqa: E402
 from models.markov import fit_markov  # noqa: E402
 from models.starts import start_mass  # noqa: E402
-from udfs.mobility import jsd_metrics  # noqa: E402
+from udfs.longrange import LONGRANGE_METRICS  # noqa: E402
 
 METRICS = ("dailyloc", "grank", "irank", "distance", "radius", "duration")
+COLUMNS = (*METRICS, *LONGRANGE_METRICS)  # the six JSDs, then the long-range statistics
 DELTA = 1e-5
 
 
@@ -103,10 +113,10 @@ def telecom_setup(root: Path, dataset: str, n_days: int, seeds: list[int]):
     mass = start_mass(data.days_per_user, env.n_locations).numpy()
     rng = np.random.default_rng(0)
     floor_days = days[rng.choice(len(days), min(n_days, len(days)), replace=False)]
-    reference = jsd_metrics(test, floor_days, coords, "geo")
-    uniform = [jsd_metrics(test, np.random.default_rng(s).integers(env.n_locations,
-                                                                   size=(n_days, SLOTS)),
-                           coords, "geo") for s in seeds]
+    reference = scores(test, floor_days, coords, "geo")
+    uniform = [scores(test, np.random.default_rng(s).integers(env.n_locations,
+                                                              size=(n_days, SLOTS)),
+                      coords, "geo") for s in seeds]
     return data, floor_days, test, env, mass / mass.sum(), reference, uniform
 
 
@@ -146,18 +156,18 @@ def main() -> None:
           f"{mode}-mode JSD, {n:,} generated days a run", flush=True)
     rows: list[dict] = [{"method": floor, "epsilon": "",
                          **{c: (v, 0.0) for c, v in reference.items()}}]
-    rows.append({"method": "uniform random", "epsilon": "", **summarise(uni, METRICS)})
-    freq = [jsd_metrics(test, env_freq_days(env, real, n, s), data.coords, mode) for s in seeds]
+    rows.append({"method": "uniform random", "epsilon": "", **summarise(uni, COLUMNS)})
+    freq = [scores(test, env_freq_days(env, real, n, s), data.coords, mode) for s in seeds]
     rows.append({"method": "env + real action freq (not private)", "epsilon": "",
-                 **summarise(freq, METRICS)})
+                 **summarise(freq, COLUMNS)})
     for e in [float(x) for x in args.epsilons.split(",") if x]:
         runs = []
         for seed in seeds:
             m = fit_markov(data.days_per_user, data.coords, e, DELTA, seed)
             days = m.sample(n, np.random.default_rng(seed + 1))
-            runs.append({"spent": m.epsilon, **jsd_metrics(test, days, data.coords, mode)})
+            runs.append({"spent": m.epsilon, **scores(test, days, data.coords, mode)})
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
-                     **summarise(runs, (*METRICS, "spent")), "runs": runs})
+                     **summarise(runs, (*COLUMNS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
         for scheme, mech, dest in [(c, m, d) for c in args.schemes.split(",") if c
                                    for m in args.mechanisms.split(",") if m
@@ -181,7 +191,7 @@ def main() -> None:
             label = (("PateGAIL++" if scheme == "pategail++" else "PateGAIL")
                      + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else ""))
             rows.append({"method": label, "epsilon": e,
-                         "setting": f"sd {sd:.3g}", **summarise(runs, (*METRICS, "spent",
+                         "setting": f"sd {sd:.3g}", **summarise(runs, (*COLUMNS, "spent",
                                                                      "rounds")), "runs": runs})
 
     def cell(v, fmt=".4f"):
@@ -193,6 +203,13 @@ def main() -> None:
         print(f"{r['method']:34s} {r['epsilon']!s:>4s} {r.get('setting', ''):>9s} "
               + " ".join(f"{cell(r[c]):>15s}" for c in METRICS)
               + f" {cell(r.get('spent'), '.3f'):>13s}")
+    print("\nlong-range statistics (udfs.longrange; JSDs and gap: lower is better, top-motif "
+          "share and train-on-synthetic accuracy: higher; the first row's accuracy is the "
+          "real-trained reference)")
+    print(f"{'method':34s} {'eps':>4s} " + " ".join(f"{c:>15s}" for c in LONGRANGE_METRICS))
+    for r in rows:
+        print(f"{r['method']:34s} {r['epsilon']!s:>4s} "
+              + " ".join(f"{cell(r[c]):>15s}" for c in LONGRANGE_METRICS))
     print(f"\n{args.rounds} rounds, seeds {seeds}, delta {DELTA:g}; "
           f"total {time.perf_counter() - t_all:.0f} s")
     if args.out:

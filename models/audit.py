@@ -459,7 +459,7 @@ def check_pgpp_equivalence() -> None:
 
     from models.aggregation.sensitivity import SensitivityAware
 
-    agg = SensitivityAware(0.05)
+    agg = SensitivityAware(0.05, pilot="laplace")
     for seed in range(3):
         rel = agg.release(_moments(1.0, PGPP_B), gen=torch.Generator().manual_seed(seed),
                           spend=lambda e: None)
@@ -479,8 +479,9 @@ def pgpp_row(eps: float, broken: bool = False) -> Row:
     df = delta_f(N_USERS)
     pf = 0.1
     lam = (1 + pf) * PGPP_B * df / eps  # batch total (pilot + means) = eps
-    agg = SensitivityAware(lam / 2 if broken else lam, pilot_fraction=pf)
-    claimed_agg = SensitivityAware(lam, pilot_fraction=pf)
+    # the paper's paid pilot: the audited release is pilot + sensitivity-aware means
+    agg = SensitivityAware(lam / 2 if broken else lam, pilot_fraction=pf, pilot="laplace")
+    claimed_agg = SensitivityAware(lam, pilot_fraction=pf, pilot="laplace")
     claimed = (1 + pf) * claimed_agg.eps_batch(N_USERS, PGPP_B)
     m0 = OTHERS * (N_USERS - 1) / N_USERS
 

@@ -17,6 +17,7 @@ LOCAL_SCHEMES = ("ldp", "ldp++")
 # PateGAIL++ a WGAN-GP critic per user; the LDP variants follow their central counterparts
 PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": "wgan"}
 PILOTS = ("history", "laplace")
+DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the config's
 MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
 DESTINATIONS = ("public", "learned")
@@ -37,7 +38,7 @@ class TrainConfig:
     # sensitivity-aware pilot: "history" = the previous rounds' released rewards of pairs with the
     # same public key (slot, action, at home), free post-processing; "laplace" = a fresh noisy
     # release costing pilot_fraction of the batch budget (the paper's)
-    pilot: str = "history"
+    pilot: str = DEFAULT_PILOT
     pilot_decay: float = 0.5  # weight of the older rounds in the history pilot
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1

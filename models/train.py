@@ -68,13 +68,8 @@ import torch
 from torch import nn
 
 from models.accounting import PrivacyAccountant
-from models.aggregation import (
-    LdpReward,
-    SensitivityAware,
-    SensitivityAwareGaussian,
-    UniformGaussian,
-    UniformLaplace,
-)
+from models.aggregation import LocalRewards
+from models.aggregation.registry import make_scheme
 from models.aggregation.base import laplace
 from models.aggregation.pilot import HistoryPilot, pair_keys
 from models.budget import check_one_round, normaliser, sampled
@@ -114,20 +109,6 @@ GENERATORS = ("init", "rollout", "critic", "noise", "ppo")
 # the public figures of a round record (everything else sits under "trusted")
 ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_loss", "entropy",
                 "clip_frac", "epsilon_batch", "epsilon", "action_freq", "seconds")
-
-
-def make_scheme(cfg: TrainConfig):
-    if cfg.mechanism == "gaussian":  # central schemes only (TrainConfig checks)
-        if cfg.scheme == "pategail":
-            return UniformGaussian(cfg.noise, cfg.beta, cfg.delta)
-        return SensitivityAwareGaussian(cfg.noise, cfg.delta_prime, cfg.beta, cfg.delta)
-    if cfg.scheme == "pategail":
-        return UniformLaplace(cfg.noise, cfg.beta)
-    if cfg.scheme == "pategail++":
-        return SensitivityAware(cfg.noise, cfg.pilot_fraction, cfg.delta_prime, cfg.beta,
-                                cfg.pilot)
-    return LdpReward(cfg.noise, cfg.scheme == "ldp++", cfg.pilot_fraction, cfg.delta_prime,
-                     cfg.beta, cfg.pilot)
 
 
 def uses_history_pilot(cfg: TrainConfig) -> bool:
@@ -295,14 +276,6 @@ def moments_all(comm: Comm, mom: Moments) -> Moments:
     cnt = comm.all_reduce_sum(torch.tensor([float(mom.count)], dtype=torch.float64))
     # on the CPU: the DP releases draw their noise there
     return Moments(red[0].cpu(), red[1].cpu(), int(round(float(cnt[0]))))
-
-
-def ldp_release(scheme: LdpReward, rewards: torch.Tensor, rows: torch.Tensor, n_total: int,
-                gen: torch.Generator, spend, comm: Comm, prior: torch.Tensor | None = None):
-    """`LdpReward.release_local` over sharded users: each rank perturbs its users' rewards with
-    their rows of the shared noise table; only the perturbed moments are all-reduced."""
-    return scheme.release_local(rewards, rows, n_total, gen=gen, spend=spend,
-                                reduce=lambda mom: moments_all(comm, mom), prior=prior)
 
 
 def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.Optimizer,
@@ -554,7 +527,7 @@ class _Run:
                                      cfg.lambda_gp, g["critic"])
         # trusted-zone diagnostic: this rank's sum over its participants of mean R_u(real_u);
         # not under LDP (the server must not see any exact aggregate of a user's critic)
-        ldp = isinstance(self.scheme, LdpReward)
+        ldp = self.scheme.local
         real_sum = (0.0 if ldp else float(real_reward_means(
             self.critics, self.gap_real, self.gap_counts, lu, cfg.score_chunk_elems).sum()))
         t2 = time.perf_counter()
@@ -566,8 +539,11 @@ class _Run:
             # scored on the device; each user's rewards are perturbed with its own noise row
             # before anything is summed (no unperturbed sum exists in this mode)
             rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems).cpu()
-            rel = ldp_release(self.scheme, rw, gu, self.n_total, g["noise"],
-                              self.accountant.spend, comm, prior)
+            # each rank perturbs its users' rewards with their rows of the shared noise
+            # table; only the perturbed moments are all-reduced
+            data = LocalRewards(rw, gu, self.n_total, reduce=lambda m: moments_all(comm, m))
+            rel = self.scheme.release(data, gen=g["noise"], spend=self.accountant.spend,
+                                      prior=prior)
             rel_rewards, eps_batch, rel_mean = rel.rewards, rel.epsilon_spent, rel.mean
         else:
             mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))

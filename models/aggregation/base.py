@@ -17,12 +17,15 @@ one user with a public normaliser (`normaliser`; models/PROOF.md section 8).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import dp_accounting
 import torch
 from dp_accounting.rdp import RdpAccountant
 
+from models.critics import Moments
 from udfs.errors import InvalidParameterError
 
 
@@ -81,6 +84,47 @@ class Release:
     # epsilon): the batch's (epsilon, delta) alone, RDP at the scheme's delta
     epsilon_spent: float
     noise_sd: torch.Tensor | None = None  # sd of the noise of each sample's mean release
+
+
+@dataclass(frozen=True)
+class LocalRewards:
+    """What a local scheme releases from: the participating users' own rewards, which never
+    leave their rank unperturbed. `rewards`: (A, B) of this rank's users; `rows`: their global
+    user indices (rows of the shared noise table); `n_users_total`: the table's height;
+    `reduce`: combines perturbed moments across ranks (None: one process)."""
+
+    rewards: torch.Tensor
+    rows: torch.Tensor
+    n_users_total: int
+    reduce: Callable[[Moments], Moments] | None = None
+
+
+Spend = Callable[[dp_accounting.DpEvent], object]
+
+
+@runtime_checkable
+class RewardScheme(Protocol):
+    """One aggregation scheme of per-user rewards into released rewards, behind one call.
+
+    `local` schemes take :class:`LocalRewards` (each user perturbs its own rewards; the server
+    never holds an exact aggregate), central ones the exact `Moments` of the round's
+    participants (a trusted aggregator). `release` charges every DP event it draws noise for to
+    `spend` before returning. `prior`: the free history pilot of a sensitivity-aware scheme
+    (ignored by the uniform ones); `normaliser`: the public divisor of a Poisson round (Gaussian
+    schemes only; the others refuse it)."""
+
+    local: bool
+
+    def release(self, data, *, gen: torch.Generator, spend: Spend,
+                prior: torch.Tensor | None = None,
+                normaliser: float | None = None) -> Release: ...
+
+
+def refuse_normaliser(normaliser: float | None, scheme: str) -> None:
+    """A Laplace round is B composed releases: no public normaliser (Poisson rounds) for it."""
+    if normaliser is not None:
+        raise InvalidParameterError(f"{scheme} takes no public normaliser: Poisson rounds are "
+                                    "offered for the Gaussian schemes only")
 
 
 def check_common(noise: float, beta: float) -> None:

@@ -23,14 +23,23 @@ Runtime: O(A * B) per rank. Utility: noise of the mean ~ sqrt(2 / N) * scale.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import dp_accounting
 import torch
 
-from models.aggregation.base import Release, check_common, compensate, laplace
+from models.aggregation.base import (
+    LocalRewards,
+    Release,
+    Spend,
+    check_common,
+    compensate,
+    laplace,
+    refuse_normaliser,
+)
 from models.aggregation.sensitivity import laplace_events, per_sample_budgets
+from models.config import DEFAULT_PILOT
 from models.critics import Moments
 from udfs.errors import InvalidParameterError
 
@@ -55,7 +64,8 @@ class LdpReward:
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0
-    pilot: str = "laplace"  # "laplace" (a paid pilot round) | "history" (free, `prior` given)
+    pilot: str = DEFAULT_PILOT  # "history" (free, `prior` given) | "laplace" (a paid pilot round)
+    local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
@@ -65,18 +75,16 @@ class LdpReward:
             raise InvalidParameterError("pilot_fraction and delta_prime must be > 0; got "
                                         f"{self.pilot_fraction}, {self.delta_prime}")
 
-    def release_local(self, rewards: torch.Tensor, rows: torch.Tensor, n_users_total: int, *,
-                      gen: torch.Generator,
-                      spend: Callable[[dp_accounting.DpEvent], object],
-                      reduce: Callable[[Moments], Moments] | None = None,
-                      prior: torch.Tensor | None = None) -> Release:
-        """rewards: (A, B) of the participating users; rows: their global user indices;
-        `prior`: the free (B,) pilot of `pilot="history"` (None: uniform weights).
-
-        `reduce` combines the perturbed moments across shards (an all-reduce when users are
-        sharded over ranks; identity in one process). Only perturbed values cross it.
+    def release(self, data: LocalRewards, *, gen: torch.Generator, spend: Spend,
+                prior: torch.Tensor | None = None, normaliser: float | None = None) -> Release:
+        """`data`: the participating users' rewards (A, B), their global user indices and the
+        cross-rank reduce (:class:`LocalRewards`); `prior`: the free (B,) pilot of
+        `pilot="history"` (None: uniform weights). Only perturbed values cross `data.reduce`
+        (an all-reduce when users are sharded over ranks; identity in one process).
         """
-        reduce = reduce or (lambda m: m)
+        refuse_normaliser(normaliser, "the LDP scheme")
+        rewards, rows, n_users_total = data.rewards, data.rows, data.n_users_total
+        reduce = data.reduce or (lambda m: m)
         b = rewards.shape[1]
         eps_batch, pilot = b / self.noise, None
         total = eps_batch

@@ -25,14 +25,15 @@ of one Gaussian mechanism matched to PateGAIL's; see its docstring.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import dp_accounting
 import torch
 
 from models.aggregation.base import (
     Release,
+    Spend,
     check_common,
     compensate,
     delta_f,
@@ -40,7 +41,9 @@ from models.aggregation.base import (
     gaussian,
     gaussian_epsilon,
     laplace,
+    refuse_normaliser,
 )
+from models.config import DEFAULT_PILOT
 from models.critics import Moments
 from udfs.errors import InvalidParameterError
 
@@ -63,7 +66,8 @@ class SensitivityAware:
     pilot_fraction: float = 0.1
     delta_prime: float = 0.1
     beta: float = 0.0
-    pilot: str = "laplace"  # "laplace" (paid, the paper's) | "history" (free, `prior` given)
+    pilot: str = DEFAULT_PILOT  # "history" (free, `prior` given) | "laplace" (paid, the paper's)
+    local: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
@@ -77,10 +81,10 @@ class SensitivityAware:
     def eps_batch(self, n: int, b: int) -> float:
         return b * delta_f(n) / self.noise
 
-    def release(self, mom: Moments, *, gen: torch.Generator,
-                spend: Callable[[dp_accounting.DpEvent], object],
-                prior: torch.Tensor | None = None) -> Release:
+    def release(self, mom: Moments, *, gen: torch.Generator, spend: Spend,
+                prior: torch.Tensor | None = None, normaliser: float | None = None) -> Release:
         """`prior`: the free (B,) pilot of `pilot="history"` (None: uniform weights)."""
+        refuse_normaliser(normaliser, "the sensitivity-aware Laplace scheme")
         n, b = mom.count, mom.sum.shape[0]
         df, eps_batch = delta_f(n), self.eps_batch(n, b)
         mean = mom.sum / n
@@ -155,14 +159,14 @@ class SensitivityAwareGaussian:
     delta_prime: float = 0.1
     beta: float = 0.0
     delta: float = 1e-5  # only for the per-batch `epsilon_spent` figure
+    local: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
         if not self.delta_prime > 0:
             raise InvalidParameterError(f"delta_prime must be > 0; got {self.delta_prime}")
 
-    def release(self, mom: Moments, *, gen: torch.Generator,
-                spend: Callable[[dp_accounting.DpEvent], object],
+    def release(self, mom: Moments, *, gen: torch.Generator, spend: Spend,
                 prior: torch.Tensor | None = None, normaliser: float | None = None) -> Release:
         """`prior`: the free (B,) history pilot (None: uniform sds); `normaliser`: the public
         divisor of a Poisson round (q * N; None: mom.count)."""

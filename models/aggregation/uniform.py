@@ -14,14 +14,15 @@ Runtime: O(B). Utility: noise std sqrt(2) * lambda per sample, independent of N.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import dp_accounting
 import torch
 
 from models.aggregation.base import (
     Release,
+    Spend,
     check_common,
     compensate,
     delta_f,
@@ -29,6 +30,7 @@ from models.aggregation.base import (
     gaussian,
     gaussian_epsilon,
     laplace,
+    refuse_normaliser,
 )
 from models.critics import Moments
 from udfs.errors import InvalidParameterError
@@ -38,6 +40,7 @@ from udfs.errors import InvalidParameterError
 class UniformLaplace:
     noise: float
     beta: float = 0.0
+    local: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
@@ -45,8 +48,10 @@ class UniformLaplace:
     def epsilon_per_sample(self, n: int) -> float:
         return delta_f(n) / self.noise
 
-    def release(self, mom: Moments, *, gen: torch.Generator,
-                spend: Callable[[dp_accounting.DpEvent], object]) -> Release:
+    def release(self, mom: Moments, *, gen: torch.Generator, spend: Spend,
+                prior: torch.Tensor | None = None, normaliser: float | None = None) -> Release:
+        """`prior` is not read (uniform: no pilot)."""
+        refuse_normaliser(normaliser, "the uniform Laplace scheme")
         n, b = mom.count, mom.sum.shape[0]
         mult = self.noise / delta_f(n)  # noise scale / sensitivity
         mean = mom.sum / n
@@ -93,6 +98,7 @@ class UniformGaussian:
     noise: float
     beta: float = 0.0
     delta: float = 1e-5  # only for the per-batch `epsilon_spent` figure
+    local: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_common(self.noise, self.beta)
@@ -101,10 +107,10 @@ class UniformGaussian:
         """Noise sd / L2 sensitivity of the batch's mean vector."""
         return self.noise / (math.sqrt(b) * delta_f(n))
 
-    def release(self, mom: Moments, *, gen: torch.Generator,
-                spend: Callable[[dp_accounting.DpEvent], object],
-                normaliser: float | None = None) -> Release:
-        """`normaliser`: the public divisor of a Poisson round (q * N); None: mom.count."""
+    def release(self, mom: Moments, *, gen: torch.Generator, spend: Spend,
+                prior: torch.Tensor | None = None, normaliser: float | None = None) -> Release:
+        """`normaliser`: the public divisor of a Poisson round (q * N); None: mom.count.
+        `prior` is not read (uniform: no pilot)."""
         if normaliser is not None and self.beta > 0:
             raise InvalidParameterError("the variance release needs fixed-size rounds (beta = 0 "
                                         "with a public normaliser)")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from models.accounting import PrivacyAccountant
-from models.aggregation import LdpReward, SensitivityAware, UniformLaplace
+from models.aggregation import LdpReward, LocalRewards, SensitivityAware, UniformLaplace
 from models.aggregation.base import delta_f, delta_v
 from models.aggregation.ldp import ldp_noise, perturbed_moments
 from models.aggregation.sensitivity import per_sample_budgets
@@ -36,7 +36,7 @@ def test_variance_sensitivity_against_brute_force():
 
 def test_per_sample_budgets_sum_to_the_matched_total():
     r, mom = _moments()
-    s = SensitivityAware(noise=0.1, pilot_fraction=0.2)
+    s = SensitivityAware(noise=0.1, pilot_fraction=0.2, pilot="laplace")
     spent = []
     rel = s.release(mom, gen=torch.Generator().manual_seed(0), spend=spent.append)
     eps_batch = 400 * (1 / 10) / 0.1
@@ -98,8 +98,9 @@ def test_ldp_is_shard_invariant_and_unbiased():
         perturbed_moments(r[2:], scale, noise[2:]))
     assert torch.allclose(whole.sum, parts.sum) and whole.count == parts.count
     spent = []
-    rel = LdpReward(noise=0.5, sensitivity_aware=True).release_local(
-        r.float(), torch.arange(6), 6, gen=torch.Generator().manual_seed(0), spend=spent.append)
+    rel = LdpReward(noise=0.5, sensitivity_aware=True, pilot="laplace").release(
+        LocalRewards(r.float(), torch.arange(6), 6), gen=torch.Generator().manual_seed(0),
+        spend=spent.append)
     assert rel.eps_per_sample.sum().item() == pytest.approx(50 / 0.5)
     assert rel.pilot is not None and len(spent) == 2
 
