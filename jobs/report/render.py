@@ -269,10 +269,11 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "<p>Against the same real days: the JSD of the daily mobility motifs (the network of a "
         "day's places) and of the slot of the last return home, the gap between the shares "
         "of days that end at home (lower is better); the share of days whose motif is one of "
-        "the real days' most common, and the accuracy of a next-place predictor trained on "
-        "the row's days and tested on the real days' moves (higher is better: the real "
-        "training days' row is what a perfect synthesis reaches, uniform random days the "
-        "floor). Definitions: docs/concepts/statistics.md.</p>",
+        "the real days' ten most common (closest to the real training days' row is best) and "
+        "the accuracy of a next-place predictor trained on the row's days and tested on the "
+        "real days' moves (higher is better: the real training days' row is what a synthesis "
+        "as good as real days reaches, uniform random days the floor). Definitions: "
+        "docs/concepts/statistics.md.</p>",
         table_html(longrange, labels={**labels, **LONGRANGE_LABELS}),
         "</section>",
         '<section id="attacks"><h2>Attacks on our own output</h2>',

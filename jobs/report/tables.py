@@ -111,8 +111,9 @@ def mobility_table(evaluation: pd.DataFrame) -> pd.DataFrame:
 def longrange_table(evaluation: pd.DataFrame) -> pd.DataFrame:
     """The long-range statistics (`udfs.longrange`) per (method, source, epsilon): motif and
     home-return JSDs and the end-at-home gap (lower is better), the share of days in the real
-    days' top motifs and the next-place accuracies trained on the row's days (higher is
-    better; the real training days' row is the reference, uniform random days the floor)."""
+    days' top motifs (closest to the real training days' row is best) and the next-place
+    accuracies trained on the row's days (higher is better; the real training days' row is
+    the reference, uniform random days the floor)."""
     rows = named(evaluation)
     rows = rows[rows["metric"].isin(LONGRANGE_METRICS)]
     if rows.empty:
