@@ -17,6 +17,13 @@ import numpy as np
 
 from udfs.errors import InvalidParameterError
 
+MAX_CONFIG_EPSILON = 100.0  # the largest epsilon a configuration may name (collect, study)
+
+
+def valid_epsilon(epsilon: float, at_most: float = math.inf) -> bool:
+    """The one epsilon rule: finite, > 0 and at most `at_most` (a configured bound)."""
+    return math.isfinite(epsilon) and 0.0 < epsilon <= at_most
+
 
 def check_epsilon(epsilon, name: str = "epsilon") -> float:
     """Return epsilon as float, or raise InvalidParameterError if it is not finite and > 0."""
@@ -26,7 +33,7 @@ def check_epsilon(epsilon, name: str = "epsilon") -> float:
         raise InvalidParameterError(
             f"{name}={epsilon!r} is not a number; pass a finite float > 0"
         ) from None
-    if not math.isfinite(eps) or eps <= 0.0:
+    if not valid_epsilon(eps):
         raise InvalidParameterError(
             f"{name}={epsilon!r} must be finite and > 0; pass e.g. {name}=1.0"
         )

@@ -12,7 +12,10 @@ per-length pass). An int / SeedSequence / Generator seed draws the keys from a g
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from operator import attrgetter
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,9 +30,58 @@ from udfs.space import LocationSpace
 from udfs.streams import Stream, keys_from
 from udfs.tp import TP
 
-MECHANISMS = ("tp", "atp", "exp", "uniform", "ngram", "tracs_d", "tracs_c")
 
-__all__ = ["MECHANISMS", "choose_granularity", "make_mechanism", "perturb", "as_generator"]
+class TrajectoryMechanism(Protocol):
+    """What every LDP trajectory mechanism offers the collection entry points: its budget
+    record for a length, and a batch perturbation of padded trajectories. `keyed` mechanisms
+    take a `udfs.streams.Stream` as `rng` (one key per trajectory); the others a Generator."""
+
+    keyed: bool
+
+    def record(self, n: int) -> BudgetRecord: ...
+
+    def perturb_batch(self, traj: np.ndarray, lens, *, rng) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class MechanismOptions:
+    """The options a mechanism may take (each mechanism reads the ones it has)."""
+
+    granularity: Any = "auto"
+    r_dir: float = 0.75
+    calibrated: bool = True
+    combiner: str = "medoid"
+    single_point: str = "one_copy"
+
+
+MECHANISM_OPTIONS = tuple(f.name for f in fields(MechanismOptions))
+
+_Builder = Callable[[LocationSpace, float, MechanismOptions], TrajectoryMechanism]
+
+# The one registry of collection mechanisms: every name the config, the kernel and the reports
+# accept is a key here. A bigram n-gram calls consecutive points plausible within a quarter
+# of the diameter of P.
+_REGISTRY: dict[str, _Builder] = {
+    "tp": lambda space, eps, o: TP(space, eps, r_dir=o.r_dir, granularity=o.granularity,
+                                   combiner=o.combiner, single_point=o.single_point),
+    "atp": lambda space, eps, o: ATP(space, eps, granularity=o.granularity,
+                                     calibrated=o.calibrated, combiner=o.combiner,
+                                     single_point=o.single_point),
+    "exp": lambda space, eps, o: EXP(space, eps),
+    "uniform": lambda space, eps, o: Uniform(space, eps),
+    "ngram": lambda space, eps, o: NGram(space, eps, n=2,
+                                         reach_km=REACH_SHARE * space.diameter),
+    "tracs_d": lambda space, eps, o: TraCSD(space, eps),
+    "tracs_c": lambda space, eps, o: TraCSC(space, eps),
+}
+MECHANISMS = tuple(_REGISTRY)
+# Mechanisms whose output ignores the input: they charge nothing and are never published.
+INPUT_FREE = ("uniform",)
+PUBLISHED_MECHANISMS = tuple(m for m in MECHANISMS if m not in INPUT_FREE)
+
+__all__ = ["INPUT_FREE", "MECHANISMS", "MECHANISM_OPTIONS", "MechanismOptions",
+           "PUBLISHED_MECHANISMS", "TrajectoryMechanism", "as_generator", "choose_granularity",
+           "make_mechanism", "perturb"]
 
 
 def as_generator(seed) -> np.random.Generator:
@@ -46,32 +98,19 @@ def as_generator(seed) -> np.random.Generator:
     )
 
 
-def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str, *,
-                   granularity="auto", r_dir: float = 0.75, calibrated: bool = True,
-                   combiner: str = "medoid", single_point: str = "one_copy"):
-    """Build the mechanism value object (validates every parameter)."""
+def make_mechanism(space: LocationSpace, epsilon: float, mechanism: str,
+                   **options) -> TrajectoryMechanism:
+    """Build the mechanism value object (validates every parameter); `options` are
+    :class:`MechanismOptions` fields."""
     if not isinstance(space, LocationSpace):
         raise InvalidParameterError("space must be a udfs.space.LocationSpace "
                                     "(build it with LocationSpace.from_latlon)")
-    if mechanism == "tp":
-        return TP(space, epsilon, r_dir=r_dir, granularity=granularity, combiner=combiner,
-                  single_point=single_point)
-    if mechanism == "atp":
-        return ATP(space, epsilon, granularity=granularity, calibrated=calibrated,
-                   combiner=combiner, single_point=single_point)
-    if mechanism == "exp":
-        return EXP(space, epsilon)
-    if mechanism == "uniform":
-        return Uniform(space, epsilon)
-    if mechanism == "ngram":  # bigrams, plausible = consecutive points within diameter / 4
-        return NGram(space, epsilon, n=2, reach_km=REACH_SHARE * space.diameter)
-    if mechanism == "tracs_d":
-        return TraCSD(space, epsilon)
-    if mechanism == "tracs_c":
-        return TraCSC(space, epsilon)
-    raise InvalidParameterError(
-        f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}"
-    )
+    build = _REGISTRY.get(mechanism)
+    if build is None:
+        raise InvalidParameterError(
+            f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}"
+        )
+    return build(space, epsilon, MechanismOptions(**options))
 
 
 def _validate(trajectories, n_loc: int, max_len: int | None) -> tuple[np.ndarray, np.ndarray]:

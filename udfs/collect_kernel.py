@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from udfs.budget import total_up
-from udfs.collect import MECHANISMS, perturb_padded
+from udfs.budget import check_epsilon, total_up
+from udfs.collect import INPUT_FREE, MECHANISM_OPTIONS, MECHANISMS, perturb_padded
 from udfs.collect_plan import (  # noqa: F401  (re-exported: the kernels' public names)
     COST_OVER_BUDGET,
     EPOCH,
@@ -43,10 +43,13 @@ from udfs.collect_plan import (  # noqa: F401  (re-exported: the kernels' public
     PLAN_COLUMNS,
     REASONS,
     RELEASED,
+    UNIX_EPOCH,
     WINDOW_EXHAUSTED,
     BudgetPolicy,
     plan_user,
     plan_users,
+    window_start_days,
+    window_start_of,
 )
 from udfs.derive import hex_digest
 from udfs.errors import InvalidParameterError
@@ -75,9 +78,7 @@ class Setting:
             raise InvalidParameterError(
                 f"mechanism {self.mechanism!r} is not one of {', '.join(MECHANISMS)}"
             )
-        eps = float(self.epsilon)
-        if not (np.isfinite(eps) and eps > 0):
-            raise InvalidParameterError(f"epsilon={self.epsilon!r} must be finite and > 0")
+        check_epsilon(self.epsilon)
 
     @property
     def charge(self) -> float:
@@ -86,7 +87,7 @@ class Setting:
         The mechanism's guarantee: `epsilon` for TP, ATP and EXP (their step records sum to at
         most epsilon for every length); 0 for UNIFORM, whose output ignores the input.
         """
-        return 0.0 if self.mechanism == "uniform" else float(self.epsilon)
+        return 0.0 if self.mechanism in INPUT_FREE else float(self.epsilon)
 
     @property
     def scope(self) -> str:
@@ -99,6 +100,14 @@ def sweep_cost(settings: Sequence[Setting]) -> float:
 
 
 # ----------------------------------------------------------------------------- publication
+#: The one list of publication choices (the `publish:` config section reads it).
+PUBLISH_CHOICES: dict[str, tuple[str, ...]] = {
+    "date": ("day", "week", "none"),
+    "traj_key": ("stable", "per_release"),
+    "pseudonym": ("stable", "per_window", "none"),
+}
+
+
 @dataclass(frozen=True)
 class PublishOptions:
     """How much linkage metadata a published row carries (README, "What a published row
@@ -113,9 +122,7 @@ class PublishOptions:
     window_days: int = 7
 
     def __post_init__(self):
-        for name, allowed in (("date", ("day", "week", "none")),
-                              ("traj_key", ("stable", "per_release")),
-                              ("pseudonym", ("stable", "per_window", "none"))):
+        for name, allowed in PUBLISH_CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise InvalidParameterError(f"publish.{name}={getattr(self, name)!r}: use one "
                                             f"of {', '.join(allowed)}")
@@ -126,26 +133,6 @@ class PublishOptions:
         rel = release_id if self.traj_key == "per_release" else None
         return traj_message(dataset, user_id, date, traj_id, rel)
 
-    def pseudonym_message(self, user_id: str, date: dt.date) -> str | None:
-        """The message the published pseudonym authenticates, None when none is published."""
-        if self.pseudonym == "none":
-            return None
-        if self.pseudonym == "stable":
-            return str(user_id)
-        return f"{user_id}\x1fwindow\x1f{window_start_of(date, self.window_days).isoformat()}"
-
-    def published_dates(self, dates: np.ndarray) -> np.ndarray:
-        """The `date` column as published: the day, its week's Monday, or nothing."""
-        if self.date == "day":
-            return dates
-        if self.date == "none":
-            return np.full(len(dates), None, dtype=object)
-        return np.array([d - dt.timedelta(days=d.weekday()) for d in dates], dtype=object)
-
-
-def window_start_of(date: dt.date, window_days: int) -> dt.date:
-    """Start of the budget window `date` falls in (windows aligned to EPOCH, a Monday)."""
-    return EPOCH + dt.timedelta(days=((date - EPOCH).days // window_days) * window_days)
 
 
 # ----------------------------------------------------------------------------- release
@@ -167,8 +154,8 @@ def _plain_dates(values: list) -> bool:
 
 
 def iso_dates(dates) -> list[str]:
-    """'YYYY-MM-DD' per date. Spark hands DateType over as datetime.date: format those
-    directly (pandas' to_datetime + strftime cost ~2 ms per call, i.e. per user)."""
+    """'YYYY-MM-DD' per date. Spark hands DateType over as datetime.date: those are formatted
+    directly, without a pandas conversion per call."""
     values = list(dates)
     if _plain_dates(values):
         return [d.isoformat() for d in values]
@@ -176,7 +163,6 @@ def iso_dates(dates) -> list[str]:
 
 
 _MASK64 = (1 << 64) - 1
-_UNIX = dt.date(1970, 1, 1)
 
 
 def epoch_days(dates) -> np.ndarray:
@@ -187,7 +173,7 @@ def epoch_days(dates) -> np.ndarray:
     values = list(dates)
     if _plain_dates(values):
         return np.fromiter((d.toordinal() for d in values), dtype=np.int64,
-                           count=len(values)) - _UNIX.toordinal()
+                           count=len(values)) - UNIX_EPOCH.toordinal()
     return pd.to_datetime(pd.Series(values)).to_numpy(dtype="datetime64[D]").astype(np.int64)
 
 
@@ -314,7 +300,7 @@ class ReleaseKernel:
         With a `traj_key` column (one setting only) the rows are published under those keys:
         `collect` passes the keys its plan computed and the ledger charged, so the charge
         and the published row carry the same key by construction and no key is derived twice
-        (one HMAC per trajectory was a quarter of the release's CPU).
+        (an HMAC per trajectory is a large share of the release's work).
 
         With `keep_true` each row also carries `true_ids`, the raw points it was perturbed
         from (raw data: trusted zone only). `collect` keeps them on its cached release to
@@ -384,8 +370,7 @@ class ReleaseKernel:
         if p.pseudonym == "stable":
             per_user = [self.pseudonym_of(str(u)) for u in b.users]
             return [per_user[i] for i in b.user_index.tolist()]
-        ep = (EPOCH - _UNIX).days
-        starts = _iso(ep + np.floor_divide(b.days - ep, p.window_days) * p.window_days)
+        starts = _iso(window_start_days(b.days, p.window_days))
         cache: dict[tuple[int, str], str] = {}
         out = []
         for i, w in zip(b.user_index.tolist(), starts.tolist(), strict=True):
@@ -459,8 +444,7 @@ def explain_settings(
     """
     from udfs.collect import make_mechanism
 
-    mech_keys = ("granularity", "r_dir", "calibrated", "combiner")
-    mech_opts = {k: v for k, v in options.items() if k in mech_keys}
+    mech_opts = {k: v for k, v in options.items() if k in MECHANISM_OPTIONS}
     report = []
     for s in settings:
         mech = make_mechanism(space, s.epsilon, s.mechanism, **mech_opts)

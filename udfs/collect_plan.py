@@ -1,9 +1,9 @@
 """Budget plan of LDP collection, vectorised over users (pure pandas/numpy, no pyspark).
 
 Why a module of its own: planning decides which trajectories may spend budget, before any noise
-is drawn (DESIGN.md section 10, "plan, then spend"). It used to walk every trajectory in Python
-with `fractions.Fraction`; at Telecom-Shanghai scale (1.3 M trajectories) that walk was most of
-the stage. Here the only exact (Fraction) arithmetic is per (user, window) that has prior ledger
+is drawn (DESIGN.md section 10, "plan, then spend"). A walk over every trajectory with
+`fractions.Fraction` would dominate the stage at scale, so here the only exact (Fraction)
+arithmetic is per (user, window) that has prior ledger
 spend; every per-trajectory quantity is integer arithmetic on numpy arrays.
 
 Rules (DESIGN.md section 4, privacy rules of collection):
@@ -37,7 +37,8 @@ from udfs.budget import round_down_exact
 from udfs.errors import InvalidParameterError
 
 EPOCH = dt.date(1970, 1, 5)  # a Monday: budget windows are aligned to it
-_EPOCH_DAY = (EPOCH - dt.date(1970, 1, 1)).days
+UNIX_EPOCH = dt.date(1970, 1, 1)  # day 0 of the epoch-day numbers the kernels carry
+EPOCH_DAY = (EPOCH - UNIX_EPOCH).days
 
 RELEASED = "released"
 WINDOW_EXHAUSTED = "window_budget_exhausted"
@@ -68,11 +69,23 @@ class BudgetPolicy:
     def window_starts(self, dates) -> np.ndarray:
         """datetime64[D] start of the budget window each date falls in (vectorised)."""
         days = pd.to_datetime(pd.Series(dates)).to_numpy(dtype="datetime64[D]").astype(np.int64)
-        start = _EPOCH_DAY + np.floor_divide(days - _EPOCH_DAY, self.window_days) * self.window_days
-        return start.astype("datetime64[D]")
+        return window_start_days(days, self.window_days).astype("datetime64[D]")
 
     def window_start(self, date: dt.date) -> dt.date:
         return self.window_starts([date])[0].astype(object)
+
+
+def window_start_days(days, window_days: int) -> np.ndarray:
+    """The one window rule: epoch day (days since 1970-01-01) of the start of the budget window
+    each epoch day in `days` falls in; windows are `window_days` long and aligned to EPOCH."""
+    days = np.asarray(days, dtype=np.int64)
+    return EPOCH_DAY + np.floor_divide(days - EPOCH_DAY, window_days) * window_days
+
+
+def window_start_of(date: dt.date, window_days: int) -> dt.date:
+    """:func:`window_start_days` of one `datetime.date`."""
+    start = window_start_days((date - UNIX_EPOCH).days, window_days)
+    return UNIX_EPOCH + dt.timedelta(days=int(start))
 
 
 # ----------------------------------------------------------------------------- validity
