@@ -159,6 +159,7 @@ def spark_rates(sp, users, mechs, eps=4.0):
 
     from jobs.collect import stage as C
     from jobs.keys import pseudonym, user_seed
+    from jobs.spark.per_user import Shared
     from udfs import collect_kernel as K
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
@@ -188,12 +189,10 @@ def spark_rates(sp, users, mechs, eps=4.0):
         for _ in range(2):  # the first job also builds the worker's tables (eta, bitsets)
             timer = spark.sparkContext.accumulator(0.0)
             t0 = time.perf_counter()
-            res = C.perturb_users(df, sp, kernel, timer)
-            res.write.format("noop").mode("overwrite").save()
-            wall = time.perf_counter() - t0
-            from jobs.spark.per_user import release
-
-            release(res)
+            with Shared(spark, sp) as shared:
+                res = C.perturb_users(df, shared, kernel, timer)
+                res.write.format("noop").mode("overwrite").save()
+                wall = time.perf_counter() - t0
             if wall < best:
                 best, cpu = wall, timer.value
         out[mech] = (points / best, points / cpu if cpu > 0 else float("nan"))

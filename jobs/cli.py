@@ -25,12 +25,13 @@ log = logging.getLogger("trajpriv")
 # Pipeline order (`jobs.config.STAGES`); `trajpriv run` runs every stage its config enables.
 STAGES = PIPELINE_STAGES
 USAGE = (
-    "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget"))
+    "usage: trajpriv {" + ",".join((*STAGES, "run", "sql", "budget", "serve"))
     + "} [--config FILE] [--set K=V ...]\n"
     '       trajpriv sql "SELECT ..." | -f SCRIPT [--format table|csv|json] [--limit N] '
     "[--trusted] [--no-server]\n"
     "       trajpriv sql --stop\n"
-    "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]"
+    "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]\n"
+    "       trajpriv serve [--config FILE] [--stop] [--wait]"
 )
 
 
@@ -200,6 +201,10 @@ def run_sql(argv: list[str]) -> int:
               file=sys.stderr)
     if args.no_server or _spark_in_this_process():
         return _sql_here(args, cfg, statements)
+    from jobs.sql import endpoint
+
+    if not args.trusted and endpoint.serving(cfg):  # one zone rule: the endpoints' own
+        return _sql_here(args, cfg, statements, remote=endpoint.connect_url(cfg))
     try:
         client.ensure_server(root, str(Path(str(args.config)).resolve()), args.overrides,
                              client.idle_timeout(args.idle_timeout))
@@ -253,14 +258,22 @@ def _spark_in_this_process() -> bool:
     return SparkSession.getActiveSession() is not None
 
 
-def _sql_here(args: argparse.Namespace, cfg, statements) -> int:
-    """Run the statements in this process's session (`--no-server`)."""
-    from jobs.spark.session import get_spark, stop_spark
+def _sql_here(args: argparse.Namespace, cfg, statements, remote: str | None = None) -> int:
+    """Run the statements in this process's session (`--no-server`), or as a Spark Connect
+    client of the running endpoints (`remote`), whose catalog and guard hold for it too."""
+    from jobs.spark.session import get_spark, stop_spark, verbose
 
     harness.configure_logging()
+    if not verbose():  # a failure is one line here; its trace is for --verbose
+        logging.getLogger("trajpriv.sql.server").setLevel(logging.WARNING)
     spark = None
     try:
-        spark = get_spark(cfg, readonly=True)
+        if remote is not None:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.builder.remote(remote).getOrCreate()
+        else:
+            spark = get_spark(cfg, readonly=True)
         from jobs.sql.server import run_script
 
         reply = run_script(spark, [s.text for s in statements], args.trusted, args.limit)
@@ -327,6 +340,40 @@ def run_budget(argv: list[str]) -> int:
     return _catalog_command("trajpriv budget", args, body)
 
 
+def run_serve(argv: list[str]) -> int:
+    """Start (or `--stop`) the analysts' endpoints: Spark's Thrift JDBC/ODBC server and Spark
+    Connect over the published zone (`jobs.sql.endpoint`)."""
+    parser = argparse.ArgumentParser(
+        prog="trajpriv serve", description="JDBC/ODBC (HiveServer2) and Spark Connect endpoints "
+        "over the published tables (read-only).")
+    parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
+                        help="YAML config (default: the project's conf/default.yaml)")
+    harness.add_overrides(parser)
+    parser.add_argument("--stop", action="store_true", help="stop the running endpoints")
+    parser.add_argument("--wait", action="store_true",
+                        help="run in the foreground until stopped (a service manager's unit)")
+    args = parser.parse_args(argv)
+    prog = "trajpriv serve"
+    try:
+        cfg = harness.load_config(args.config, args.overrides)
+        from jobs.sql import endpoint
+
+        if args.stop:
+            pid = endpoint.stop(cfg)
+            print(f"{prog}: stopped the endpoints (pid {pid})" if pid is not None
+                  else f"{prog}: no endpoints running on port {cfg.serve.port}", file=sys.stderr)
+            return 0
+        if args.wait:
+            return endpoint.start(cfg, wait=True)
+        pid = endpoint.start(cfg)
+    except TrajprivError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return harness.EXIT_USER_ERROR
+    print(f"{prog}: ready (pid {pid}): JDBC/ODBC {endpoint.jdbc_url(cfg)}, Spark Connect "
+          f"{endpoint.connect_url(cfg)}; log {endpoint.log_path(cfg)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -337,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_sql(rest)
     if command == "budget":
         return run_budget(rest)
+    if command == "serve":
+        return run_serve(rest)
     if command == "run":
         return run_all(rest)
     if command in STAGES:

@@ -29,6 +29,7 @@ import datetime as dt
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,7 @@ from jobs.keys import pseudonym, pseudonym_key, pseudonyms, run_key, user_seed
 from jobs.progress import spark_progress
 from jobs.spark import ledger
 from jobs.spark.catalog import ensure_view, read_table, table_exists, write_table
-from jobs.spark.per_user import per_user, user_bounds
-from jobs.spark.per_user import release as free_shared
+from jobs.spark.per_user import Shared, per_user, user_bounds
 from jobs.spark.tables import (
     LOCATIONS,
     PERTURBED_POINTS,
@@ -55,6 +55,7 @@ from jobs.spark.tables import (
 from udfs import collect_kernel as K
 from udfs import faults
 from udfs.budget import times_up
+from udfs.collect import MECHANISM_OPTIONS
 from udfs.errors import BudgetExceededError, InputDataError
 from udfs.space import LocationSpace
 
@@ -216,18 +217,18 @@ def already_released(spark: SparkSession, cfg: Config) -> DataFrame:
 
 
 # ----------------------------------------------------------------------------- plan
-def build_plan(
-    trajectories: DataFrame,
-    ledger: DataFrame,
-    *,
-    cost: float,
-    policy: K.BudgetPolicy,
-    n_locations: int,
-    max_len: int | None,
-    partitions: int,
-    traj_keys_of=None,
-    timer=None,
-) -> DataFrame:
+@dataclass(frozen=True)
+class PlanRule:
+    """What the planner decides with (`udfs.collect_plan.plan_users`' rule arguments)."""
+
+    cost: float
+    policy: K.BudgetPolicy
+    n_locations: int
+    max_len: int | None
+
+
+def build_plan(trajectories: DataFrame, ledger: DataFrame, rule: PlanRule, *, partitions: int,
+               traj_keys_of=None, timer=None) -> DataFrame:
     """Budget plan of every user (no randomness). Row shape: PLAN_SCHEMA.
 
     Trajectories and prior ledger rows travel in one stream, hash-partitioned and sorted by
@@ -239,10 +240,37 @@ def build_plan(
     traj_ids)`, the keyed hashes the release publishes them under), so the ledger's charges
     name the published rows.
     """
-    # Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
-    # The other kind's numeric columns hold fillers, not nulls: pandas would turn an int
-    # column with nulls into floats.
-    stream = trajectories.select(
+
+    def planner(pdf: pd.DataFrame, _shared) -> pd.DataFrame | None:
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()  # which user partition planned these rows
+        is_ledger = pdf["is_ledger"].to_numpy(dtype=bool)
+        trajs = pdf.loc[~is_ledger, ["user_id", "date", "traj_id", "loc_ids", "n"]]
+        spent = pdf.loc[is_ledger, ["user_id", "epsilon", "window_start", "spends"]]
+        if trajs.empty:
+            return None
+        t0 = time.perf_counter()
+        out = K.plan_users(trajs, spent, cost=rule.cost, policy=rule.policy,
+                           n_locations=rule.n_locations, max_len=rule.max_len)
+        if timer is not None:
+            timer.add(time.perf_counter() - t0)
+        # the points stay behind: the release reads them from the raw table by its charges
+        return out.drop(columns="loc_ids").assign(
+            plan_partition=np.int32(part), traj_key=_published_keys(out, traj_keys_of),
+            **_user_marks(out))
+
+    return per_user(_plan_stream(trajectories, ledger), planner, PLAN_SCHEMA,
+                    partitions=partitions)
+
+
+def _plan_stream(trajectories: DataFrame, ledger: DataFrame) -> DataFrame:
+    """Trajectories and prior ledger rows in one frame, told apart by `is_ledger`.
+
+    Row shape: (user_id, date, traj_id, loc_ids, n, epsilon, window_start, spends, is_ledger).
+    The other kind's numeric columns hold fillers, not nulls: pandas would turn an int column
+    with nulls into floats."""
+    return trajectories.select(
         "user_id", "date", "traj_id", "loc_ids", "n",
         F.lit(0.0).alias("epsilon"),
         F.col("date").alias("window_start"),
@@ -262,34 +290,16 @@ def build_plan(
         )
     )
 
-    def planner(pdf: pd.DataFrame, _shared) -> pd.DataFrame | None:
-        from pyspark import TaskContext
 
-        part = TaskContext.get().partitionId()  # which user partition planned these rows
-        is_ledger = pdf["is_ledger"].to_numpy(dtype=bool)
-        trajs = pdf.loc[~is_ledger, ["user_id", "date", "traj_id", "loc_ids", "n"]]
-        spent = pdf.loc[is_ledger, ["user_id", "epsilon", "window_start", "spends"]]
-        if trajs.empty:
-            return None
-        t0 = time.perf_counter()
-        out = K.plan_users(trajs, spent, cost=cost, policy=policy,
-                           n_locations=n_locations, max_len=max_len)
-        if timer is not None:
-            timer.add(time.perf_counter() - t0)
-        # the points stay behind: the release reads them from the raw table by its charges
-        return out.drop(columns="loc_ids").assign(plan_partition=np.int32(part),
-                                                  traj_key=_keys(out), **_user_marks(out))
-
-    def _keys(plan: pd.DataFrame) -> np.ndarray:
-        keys = np.full(len(plan), None, dtype=object)
-        mine = plan["released"].to_numpy(dtype=bool)
-        if traj_keys_of is not None and mine.any():
-            rel = plan[mine]
-            keys[mine] = traj_keys_of(rel["user_id"].tolist(), K.iso_dates(rel["date"]),
-                                      rel["traj_id"].tolist())
-        return keys
-
-    return per_user(stream, planner, PLAN_SCHEMA, partitions=partitions)
+def _published_keys(plan: pd.DataFrame, traj_keys_of) -> np.ndarray:
+    """The traj_key each released row of a planner call is published under (None otherwise)."""
+    keys = np.full(len(plan), None, dtype=object)
+    mine = plan["released"].to_numpy(dtype=bool)
+    if traj_keys_of is not None and mine.any():
+        rel = plan[mine]
+        keys[mine] = traj_keys_of(rel["user_id"].tolist(), K.iso_dates(rel["date"]),
+                                  rel["traj_id"].tolist())
+    return keys
 
 
 def _user_marks(plan: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -311,8 +321,8 @@ def summarise_plan(plan: DataFrame) -> dict[str, Any]:
 
     Users are counted by the planner's first-row marks, not by a distinct count: `per_user`
     hands every user whole to one planner call, so each user has exactly one first row, and
-    the count needs no shuffle of user ids (a distinct count of two columns was a second
-    shuffle stage of 7-8 s on the 1.1 M planned trajectories of the Telecom bench)."""
+    the count needs no shuffle of user ids (a distinct count of two columns would add a
+    second shuffle stage)."""
     released = F.col("released")
     aggs = [
         F.count(F.when(F.col("first_of_user"), F.lit(1))).alias("users"),
@@ -397,6 +407,11 @@ def release_fn(kernel: K.ReleaseKernel, timer=None):
     return release
 
 
+def mechanism_options(c) -> dict[str, Any]:
+    """The mechanism options (`udfs.collect.MECHANISM_OPTIONS`) the `collect:` section sets."""
+    return {k: getattr(c, k) for k in MECHANISM_OPTIONS if k in type(c).model_fields}
+
+
 def release_kernel(cfg: Config, settings: list[K.Setting],
                    keep_true: bool = False) -> K.ReleaseKernel:
     """The release kernel of `settings` under the config's keys, mechanism options and
@@ -410,24 +425,18 @@ def release_kernel(cfg: Config, settings: list[K.Setting],
         seed_for=functools.partial(user_seed, run_key(secrets_dir)),
         pseudonym_of=functools.partial(pseudonym, pkey),
         traj_key_of=functools.partial(pseudonym, pkey),
-        options={
-            "granularity": c.granularity,
-            "r_dir": c.r_dir,
-            "calibrated": c.calibrated,
-            "combiner": c.combiner,
-            "max_len": c.max_len,
-        },
+        options={**mechanism_options(c), "max_len": c.max_len},
         publish=publish_options(cfg),
         keep_true=keep_true,
     )
 
 
-def perturb_users(rows: DataFrame, space: LocationSpace, kernel: K.ReleaseKernel,
+def perturb_users(rows: DataFrame, space: Shared, kernel: K.ReleaseKernel,
                   timer=None) -> DataFrame:
     """(user_id, date, traj_id, loc_ids[, traj_key]) -> RELEASE_SCHEMA rows, whole users per
     call (a `traj_key` column: the keys the rows are published under, see
-    `udfs.collect_kernel.ReleaseKernel`); the location space is broadcast once (free it with
-    `per_user.release` after the write)."""
+    `udfs.collect_kernel.ReleaseKernel`); `space`: the broadcast location space (its creator
+    frees it after the last action on the result)."""
     cols = ["user_id", "date", "traj_id", "loc_ids"] + (
         ["traj_key"] if "traj_key" in rows.columns else [])
     schema = RELEASE_WITH_TRUE_SCHEMA if kernel.keep_true else RELEASE_SCHEMA
@@ -488,18 +497,18 @@ def finish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
     """
     measured = None  # utility of the rows this run computes, measured before any mark
     if ledger.PUBLISHED not in release.states:
-        computed = publish_release(spark, cfg, release, space, figures)
-        try:
-            # Measured now, from the cached rows: the next ledger append refreshes every
-            # cached plan that reads the ledger (these rows do: their charges), so later
-            # the release would be computed all over again.
-            t0 = time.perf_counter()
-            with spark_progress(spark, "collect utility metrics", "tasks"):
-                measured = measure_release(spark, cfg, release, space, computed)
-            _add_seconds(figures, "metrics_s", t0)
-        finally:
-            computed.unpersist()
-            free_shared(computed)
+        with Shared(spark, space) as shared_space:
+            computed = publish_release(spark, cfg, release, shared_space, figures)
+            try:
+                # Measured now, from the cached rows: the next ledger append refreshes every
+                # cached plan that reads the ledger (these rows do: their charges), so later
+                # the release would be computed all over again.
+                t0 = time.perf_counter()
+                with spark_progress(spark, "collect utility metrics", "tasks"):
+                    measured = measure_release(spark, cfg, release, space, computed)
+                _add_seconds(figures, "metrics_s", t0)
+            finally:
+                computed.unpersist()
         faults.crash_point("after_publish")
         ledger.mark(spark, release, ledger.PUBLISHED)
         faults.crash_point("after_published_mark")
@@ -529,12 +538,12 @@ def _add_seconds(figures: dict[str, Any], name: str, t0: float) -> None:
 
 
 def publish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
-                    space: LocationSpace, figures: dict[str, Any]) -> DataFrame:
+                    space: Shared, figures: dict[str, Any]) -> DataFrame:
     """Perturb the trajectories the release's `spent` rows name and write the published rows.
 
     Returns the release as computed, each row with its raw points (`true_ids`), cached:
     trusted zone only, for this run's utility metrics (the caller measures them before the
-    next ledger write, then unpersists it and frees its broadcast). The points never reach
+    next ledger write, then unpersists it and frees `space`). The points never reach
     the published table (its columns are chosen here).
     """
     t0 = time.perf_counter()
@@ -562,7 +571,6 @@ def publish_release(spark: SparkSession, cfg: Config, release: ledger.Release,
                         covers=[{"dataset": cfg.dataset, "release_id": release.release_id}])
     except BaseException:  # a failed write leaves no cached raw points behind
         computed.unpersist()
-        free_shared(computed)
         raise
     _add_seconds(figures, "release_s", t0)
     figures["kernel_cpu_s"] = round(timer.value, 3)
@@ -627,6 +635,7 @@ def write_release_metrics(spark: SparkSession, cfg: Config, release: ledger.Rele
 
 # ----------------------------------------------------------------------------- the stage
 def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
+    """Roll forward, plan, charge, publish: each step below is one function."""
     c = cfg.collect
     fresh = bool(getattr(ctx.args, "fresh", False))
     figures: dict[str, Any] = {
@@ -635,70 +644,23 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     }
     policy = policy_of(cfg)
     setting = K.Setting(c.mechanism, float(c.epsilon))
-    cost = K.sweep_cost([setting])
-    if cost > policy.user_budget:
-        raise BudgetExceededError(
-            f"collect.epsilon {cost:g} per trajectory exceeds privacy.budget "
-            f"{policy.user_budget:g} per {policy.window_days} days: no trajectory could be "
-            "released; lower collect.epsilon or raise privacy.budget"
-        )
+    cost = affordable_cost(policy, setting)
     space = load_space(spark, cfg.dataset)
 
     # 1. Roll forward what a crash left unfinished (its spend is already in the ledger).
-    releases = ledger.collect_releases(spark, cfg.dataset)
-    pending = [r for r in releases if not r.complete]
-    for rel in pending:
-        log.warning("release %s (run %s) stopped before %s: finishing it from its ledger rows "
-                    "(same noise, no new spend)", rel.release_id, rel.run_id,
-                    next(s for s in (ledger.PUBLISHED, ledger.REGISTERED, ledger.EVALUATED)
-                         if s not in rel.states))
-        finish_release(spark, cfg, rel, space, figures)
-    figures["recovered_releases"] = [r.release_id for r in pending]
+    releases = roll_forward(spark, cfg, space, figures)
 
     # 2. Plan, then spend: validate the whole budget plan before any noise is drawn.
     release_id = ledger.new_release_id(ctx.run_id, {r.release_id for r in releases})
     figures["release_id"] = release_id
-    pkey = pseudonym_key(cfg.storage.secrets)
-    publish = publish_options(cfg)
     t0 = time.perf_counter()
-    window = read_window(spark, cfg)
-    if not fresh:
-        before = window
-        window = window.join(already_released(spark, cfg), ["user_id", "date", "traj_id"],
-                             "left_anti")
-    plan_timer = spark.sparkContext.accumulator(0.0)
-    plan = build_plan(
-        window,
-        prior_spend(spark, cfg, policy),
-        cost=cost,
-        policy=policy,
-        n_locations=space.n,
-        max_len=c.max_len,
-        partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
-        traj_keys_of=lambda users, dates, tids: pseudonyms(pkey, [
-            publish.key_message(cfg.dataset, u, d, int(t), release_id)
-            for u, d, t in zip(users, dates, tids, strict=True)]),
-        timer=plan_timer,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    plan, before, plan_timer = plan_release(spark, cfg, policy, cost, space.n, release_id, fresh)
     try:
         with spark_progress(spark, "collect plan", "tasks"):
             summary = summarise_plan(plan)
         figures["plan_s"] = round(time.perf_counter() - t0, 3)
         figures["plan_kernel_cpu_s"] = round(plan_timer.value, 3)
-        counts = summary["counts"]
-        n_released = counts.get(K.RELEASED, {}).get("trajectories", 0)
-        skipped = 0 if fresh else before.count() - sum(v["trajectories"] for v in
-                                                       counts.values())
-        figures.update(
-            trajectories_in_window=sum(v["trajectories"] for v in counts.values()) + skipped,
-            trajectories_released=n_released,
-            points_released=counts.get(K.RELEASED, {}).get("points", 0) or 0,
-            users=summary["users"],
-            users_released=summary["users_released"],
-            refused={**{r: counts[r]["trajectories"] for r in counts if r != K.RELEASED},
-                     **({ALREADY_RELEASED: skipped} if skipped else {})},
-            epsilon_spent=0.0,
-        )
+        n_released = plan_figures(figures, summary, before)
         why = nothing_to_release(summary, policy.user_budget)
         if why is not None:
             # No counts in the log line (raw-derived; Airflow task logs leave the trusted
@@ -716,21 +678,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         figures["epsilon_spent"] = times_up(cost, n_released)
 
         # 3. Spend: the planned marker and one charge per trajectory, in one append.
-        faults.crash_point("before_ledger")
-        t1 = time.perf_counter()
-        recorded = ledger.now()
-        charges = plan.where("released").select(
-            F.lit(cfg.dataset).alias("dataset"), "user_id", "date", "traj_id", "traj_key",
-            F.lit(ctx.run_id).alias("run_id"), F.lit(c.mechanism).alias("mechanism"),
-            F.lit(setting.charge).alias("epsilon"), F.lit(0.0).alias("delta"),
-            F.lit(ledger.SPENT).alias("state"), F.lit(None).cast("string").alias("detail"),
-            F.lit(recorded).cast("timestamp").alias("recorded_at"),
-            F.lit(STAGE).alias("stage"), F.lit(release_id).alias("release_id"),
-        )
-        ledger.append(charges.unionByName(
-            ledger.marker_frame(spark, release, ledger.PLANNED, release.detail)))
-        figures["ledger_s"] = round(time.perf_counter() - t1, 3)
-        faults.crash_point("after_ledger")
+        charge_release(spark, release, plan, setting, figures)
     finally:
         plan.unpersist()
 
@@ -739,12 +687,103 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
     return figures
 
 
+def affordable_cost(policy: K.BudgetPolicy, setting: K.Setting) -> float:
+    """Epsilon one trajectory costs under `setting`; refused when no budget could pay it."""
+    cost = K.sweep_cost([setting])
+    if cost > policy.user_budget:
+        raise BudgetExceededError(
+            f"collect.epsilon {cost:g} per trajectory exceeds privacy.budget "
+            f"{policy.user_budget:g} per {policy.window_days} days: no trajectory could be "
+            "released; lower collect.epsilon or raise privacy.budget"
+        )
+    return cost
+
+
+def roll_forward(spark: SparkSession, cfg: Config, space: LocationSpace,
+                 figures: dict[str, Any]) -> list[ledger.Release]:
+    """Finish every release of the dataset a crash left short of `evaluated` (same noise, no
+    new spend); returns every release the ledger knows."""
+    releases = ledger.collect_releases(spark, cfg.dataset)
+    pending = [r for r in releases if not r.complete]
+    for rel in pending:
+        log.warning("release %s (run %s) stopped before %s: finishing it from its ledger rows "
+                    "(same noise, no new spend)", rel.release_id, rel.run_id,
+                    next(s for s in (ledger.PUBLISHED, ledger.REGISTERED, ledger.EVALUATED)
+                         if s not in rel.states))
+        finish_release(spark, cfg, rel, space, figures)
+    figures["recovered_releases"] = [r.release_id for r in pending]
+    return releases
+
+
+def plan_release(spark: SparkSession, cfg: Config, policy: K.BudgetPolicy, cost: float,
+                 n_locations: int, release_id: str, fresh: bool):
+    """The persisted budget plan of the collection window (no noise drawn), the window before
+    already-released trajectories were skipped (None with `fresh`), and the planner's CPU
+    timer."""
+    pkey = pseudonym_key(cfg.storage.secrets)
+    publish = publish_options(cfg)
+    window = read_window(spark, cfg)
+    before = None
+    if not fresh:
+        before = window
+        window = window.join(already_released(spark, cfg), ["user_id", "date", "traj_id"],
+                             "left_anti")
+    timer = spark.sparkContext.accumulator(0.0)
+    plan = build_plan(
+        window,
+        prior_spend(spark, cfg, policy),
+        PlanRule(cost, policy, n_locations, cfg.collect.max_len),
+        partitions=int(spark.conf.get("spark.sql.shuffle.partitions")),
+        traj_keys_of=lambda users, dates, tids: pseudonyms(pkey, [
+            publish.key_message(cfg.dataset, u, d, int(t), release_id)
+            for u, d, t in zip(users, dates, tids, strict=True)]),
+        timer=timer,
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    return plan, before, timer
+
+
+def plan_figures(figures: dict[str, Any], summary: dict[str, Any],
+                 before: DataFrame | None) -> int:
+    """The plan's counts into `figures`; the number of trajectories it releases."""
+    counts = summary["counts"]
+    n_released = counts.get(K.RELEASED, {}).get("trajectories", 0)
+    planned = sum(v["trajectories"] for v in counts.values())
+    skipped = 0 if before is None else before.count() - planned
+    figures.update(
+        trajectories_in_window=planned + skipped,
+        trajectories_released=n_released,
+        points_released=counts.get(K.RELEASED, {}).get("points", 0) or 0,
+        users=summary["users"],
+        users_released=summary["users_released"],
+        refused={**{r: counts[r]["trajectories"] for r in counts if r != K.RELEASED},
+                 **({ALREADY_RELEASED: skipped} if skipped else {})},
+        epsilon_spent=0.0,
+    )
+    return n_released
+
+
+def charge_release(spark: SparkSession, release: ledger.Release, plan: DataFrame,
+                   setting: K.Setting, figures: dict[str, Any]) -> None:
+    """The charge, before any noise is drawn: the `planned` marker and one `spent` row per
+    released trajectory of `plan`, in one ledger append."""
+    faults.crash_point("before_ledger")
+    t1 = time.perf_counter()
+    charges = ledger.ledger_rows(
+        plan.where("released").select("user_id", "date", "traj_id", "traj_key"),
+        dataset=release.dataset, run_id=release.run_id, mechanism=release.mechanism,
+        epsilon=setting.charge, delta=0.0, state=ledger.SPENT, stage=STAGE,
+        release_id=release.release_id)
+    ledger.append(charges.unionByName(
+        ledger.marker_frame(spark, release, ledger.PLANNED, release.detail)))
+    figures["ledger_s"] = round(time.perf_counter() - t1, 3)
+    faults.crash_point("after_ledger")
+
+
 # ----------------------------------------------------------------------------- explain
 def explain_report(cfg, release, cost, policy, summary, space) -> dict[str, Any]:
     """Where epsilon goes: per trajectory, per mechanism step, and per user window."""
     c = cfg.collect
-    options = {"granularity": c.granularity, "r_dir": c.r_dir, "calibrated": c.calibrated,
-               "combiner": c.combiner}
+    options = mechanism_options(c)
     setting = K.Setting(release.mechanism, release.epsilon, release.release_id)
     return {
         "run_id": release.run_id,

@@ -59,7 +59,7 @@ from jobs.ingest.readers.plan import (  # noqa: F401 (re-exported: tests and too
     plan_inputs,
     reader_options,
 )
-from jobs.spark.per_user import per_user
+from jobs.spark.per_user import per_partition
 from jobs.spark.tables import LOCATIONS, POINTS, QUARANTINE, SLOT_DAYS, TRAJECTORIES
 from udfs.errors import InputDataError
 
@@ -214,8 +214,7 @@ def union_rows(spark, plan: InputPlan, partitions: int):
 
     # Hash partitioning on the user id itself: whole users per partition, evenly spread; one
     # kernel call per partition (rows without a user id, all refused, share one partition).
-    out = per_user(parsed, kernel, UNION_DDL, partitions=partitions, arrow=True,
-                   whole_partition=True)
+    out = per_partition(parsed, kernel, UNION_DDL, partitions=partitions, arrow=True)
     return out, locations, sources
 
 

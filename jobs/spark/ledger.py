@@ -39,6 +39,7 @@ from pyspark.sql import types as T
 
 from jobs.spark.catalog import append_table, table_exists
 from jobs.spark.tables import PRIVACY_LEDGER
+from udfs.collect_plan import EPOCH
 
 PLANNED, SPENT, PUBLISHED, REGISTERED, EVALUATED = (
     "planned", "spent", "published", "registered", "evaluated")
@@ -85,15 +86,36 @@ class Release:
         return EVALUATED in self.states
 
 
+def ledger_rows(frame: DataFrame, **values: Any) -> DataFrame:
+    """The one builder of ledger rows: each LEDGER_SCHEMA column is the literal `values` names
+    for it, else `frame`'s column of that name, else null; each cast to its schema type, in
+    schema order. `recorded_at` defaults to now."""
+    names = LEDGER_SCHEMA.fieldNames()
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"{unknown} are not ledger columns {names}")
+    values.setdefault("recorded_at", now())
+    cols = []
+    for f in LEDGER_SCHEMA.fields:
+        if f.name in values:
+            col = F.lit(values[f.name])
+        elif f.name in frame.columns:
+            col = F.col(f.name)
+        else:
+            col = F.lit(None)
+        cols.append(col.cast(f.dataType).alias(f.name))
+    return frame.select(*cols)
+
+
 def marker_frame(spark: SparkSession, release: Release, state: str,
                  detail: dict[str, Any] | None = None) -> DataFrame:
     """The one marker row of `state` for `release` (epsilon 0: a marker charges nothing)."""
     if state not in MARKER_STATES:
         raise ValueError(f"{state!r} is not a marker state {MARKER_STATES}")
-    row = (release.dataset, None, None, None, None, release.run_id, release.mechanism,
-           0.0, 0.0, state, json.dumps(detail or {}, sort_keys=True), now(), "collect",
-           release.release_id)
-    return spark.createDataFrame([row], LEDGER_SCHEMA)
+    return ledger_rows(spark.range(1), dataset=release.dataset, run_id=release.run_id,
+                       mechanism=release.mechanism, epsilon=0.0, delta=0.0, state=state,
+                       detail=json.dumps(detail or {}, sort_keys=True), stage="collect",
+                       release_id=release.release_id)
 
 
 def append(df: DataFrame) -> None:
@@ -160,9 +182,9 @@ def collect_spend(spark: SparkSession, dataset: str) -> DataFrame:
 
 
 def window_start_col(date: F.Column, window_days: int) -> F.Column:
-    """Spark column: start of the budget window `date` falls in (aligned to Monday 1970-01-05,
-    the same rule as `udfs.collect_plan.BudgetPolicy`)."""
-    epoch = F.lit(dt.date(1970, 1, 5))
+    """Spark column: start of the budget window `date` falls in: the rule of
+    `udfs.collect_plan.window_start_days` (windows aligned to its EPOCH), as a Spark column."""
+    epoch = F.lit(EPOCH)
     offset = F.floor(F.datediff(date, epoch) / F.lit(window_days)) * F.lit(window_days)
     return F.date_add(epoch, offset.cast("int"))
 
@@ -194,30 +216,29 @@ def training_per_user(spark: SparkSession, dataset: str) -> DataFrame:
         F.count(F.lit(1)).alias("train_runs"))
 
 
-def record_training(spark: SparkSession, *, dataset: str, run_id: str, users: DataFrame,
-                    epsilon: float, delta: float, model: str, release_id: str | None = None,
-                    state: str = SPENT) -> None:
-    """One row per trained user (`users`: a frame with a `user_id` column): `planned` (the
-    upper bound charged before training) or `spent` (what the run accounted)."""
-    recorded = now()
-    append(
-        users.select(F.col("user_id").cast("string")).distinct().select(
-            F.lit(dataset).alias("dataset"),
-            "user_id",
-            F.lit(None).cast("date").alias("date"),
-            F.lit(None).cast("long").alias("traj_id"),
-            F.lit(None).cast("string").alias("traj_key"),
-            F.lit(run_id).alias("run_id"),
-            F.lit(model).alias("mechanism"),
-            F.lit(float(epsilon)).alias("epsilon"),
-            F.lit(float(delta)).alias("delta"),
-            F.lit(state).alias("state"),
-            F.lit(None).cast("string").alias("detail"),
-            F.lit(recorded).cast("timestamp").alias("recorded_at"),
-            F.lit("train").alias("stage"),
-            F.lit(release_id or run_id).alias("release_id"),
-        )
-    )
+@dataclass(frozen=True)
+class TrainingCharge:
+    """What one training run charges each trained user: `planned` (the upper bound charged
+    before training) or `spent` (what the run accounted). `release_id`: the run's release
+    (a resumed run shares the first run's; None: the run id)."""
+
+    dataset: str
+    run_id: str
+    model: str
+    epsilon: float
+    delta: float
+    state: str = SPENT
+    release_id: str | None = None
+
+
+def record_training(users: DataFrame, charge: TrainingCharge) -> None:
+    """One ledger row of `charge` per trained user (`users`: a frame with a `user_id`
+    column)."""
+    append(ledger_rows(
+        users.select(F.col("user_id").cast("string")).distinct(),
+        dataset=charge.dataset, run_id=charge.run_id, mechanism=charge.model,
+        epsilon=float(charge.epsilon), delta=float(charge.delta), state=charge.state,
+        stage="train", release_id=charge.release_id or charge.run_id))
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")

@@ -17,6 +17,9 @@ twice. The guarantee is made here once, for every stage:
 Two backends run the same re-cutting code: `per_user` (Spark `mapInPandas` / `mapInArrow`) and
 `per_user_local` (plain pandas, batches cut at a chosen size), so a kernel is unit-tested
 without a JVM and the Spark backend is tested once for all (tests/jobs/test_per_user.py).
+`per_partition` is the other operator: one call per task with all of its (whole) users, no
+order and no re-cutting. A value the kernels share travels as an explicit `Shared` handle
+that its creator frees.
 
 Kernel: `kernel(frame, shared) -> pandas.DataFrame | pyarrow.Table | iterable of them`, where
 `frame` holds whole users sorted by (key, *order), with at most `max_rows` rows unless one user
@@ -136,77 +139,85 @@ def _apply(batches: Iterable[Any], kernel: Kernel, shared: Any, key: str,
         yield from _outputs(kernel(frame, shared), arrow)
 
 
-def per_user(
-    df,
-    kernel: Kernel,
-    schema,
-    *,
-    key: str = "user_id",
-    order: Sequence[str] = (),
-    partitions: int | None = None,
-    shared: Any = None,
-    max_rows: int | None = None,
-    arrow: bool = False,
-    whole_partition: bool = False,
-):
-    """Spark backend: `kernel` over whole users of `df`; returns the DataFrame of `schema`.
+class Shared:
+    """An explicit handle on a value broadcast once to the workers of per-user kernels.
 
-    `whole_partition=True` calls the kernel once per task with all of its rows (every user of
-    the task whole, by the hash partitioning alone; no sort): for kernels whose cost is per
-    call, such as the evaluation's vectorised slot-day building.
+    Pass it as `shared=` to :func:`per_user` or :func:`per_partition`; the kernel receives the
+    value, deserialised once per worker process and kept for the tasks it runs. The caller
+    owns the broadcast: `free()` it after the last action that reads a result built with it,
+    or use the handle as a context manager (`with Shared(spark, space) as shared: ...`)."""
 
-    `shared` is broadcast once (None: nothing) and reaches the kernel deserialised, once per
-    worker process. `arrow=True` hands the kernel pyarrow Tables (mapInArrow; the kernel may
-    return pyarrow or pandas) instead of pandas DataFrames. `partitions`: the number of
-    user partitions (None: spark.sql.shuffle.partitions). Always an explicit number: adaptive
-    execution coalesces a repartition by column alone by shuffle bytes, and the kernels here
-    are CPU-bound Python on few bytes (collect's release at Telecom scale ran 3 tasks on 2
-    cores instead of 8).
+    def __init__(self, spark, value: Any):
+        self._broadcast = spark.sparkContext.broadcast(value)
+        self._token = uuid.uuid4().hex
+
+    def value(self) -> Any:
+        """The value (on a worker: deserialised on first use in the process, then cached)."""
+        if self._token not in _SHARED:
+            _SHARED[self._token] = self._broadcast.value
+        return _SHARED[self._token]
+
+    def free(self) -> None:
+        """Destroy the broadcast (no result built with it may be computed afterwards)."""
+        self._broadcast.destroy()
+
+    def __enter__(self) -> Shared:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+def _partitioned(df, key: str, partitions: int | None):
+    """`df` hash-partitioned by `key` into an explicit number of partitions (None:
+    spark.sql.shuffle.partitions). Always explicit: adaptive execution coalesces a
+    repartition by column alone by shuffle bytes, and the kernels here are CPU-bound Python
+    on few bytes, so fewer tasks than cores would run."""
+    n_parts = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    return df.repartition(n_parts, key)
+
+
+def _value_of(shared: Shared | None) -> Callable[[], Any]:
+    return (lambda: None) if shared is None else shared.value
+
+
+def per_user(df, kernel: Kernel, schema, *, key: str = "user_id", order: Sequence[str] = (),
+             partitions: int | None = None, shared: Shared | None = None,
+             max_rows: int | None = None, arrow: bool = False):
+    """Spark backend: `kernel` over whole users of `df` sorted by (key, *order), at most
+    `max_rows` rows a call unless one user alone has more; returns the DataFrame of `schema`.
+
+    `shared`: a :class:`Shared` value the kernel receives (None: the kernel gets None).
+    `arrow=True` hands the kernel pyarrow Tables (mapInArrow; the kernel may return pyarrow or
+    pandas) instead of pandas DataFrames. `partitions`: the number of user partitions (None:
+    spark.sql.shuffle.partitions).
     """
-    spark = df.sparkSession
-    bc = spark.sparkContext.broadcast(shared) if shared is not None else None
-    token = uuid.uuid4().hex
-    n_parts = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    grouped = df.repartition(n_parts, key)
-    if not whole_partition:
-        grouped = grouped.sortWithinPartitions(key, *order)
+    grouped = _partitioned(df, key, partitions).sortWithinPartitions(key, *order)
+    value = _value_of(shared)
 
-    def value() -> Any:
-        if bc is None:
-            return None
-        if token not in _SHARED:
-            _SHARED[token] = bc.value
-        return _SHARED[token]
+    def run(batches):
+        yield from _apply(batches, kernel, value(), key, max_rows, arrow)
 
-    if whole_partition:
-        def run_whole(batches):
-            got = list(batches)
-            if not got or not sum(len(b) for b in got):
-                return
-            frame = pa.Table.from_batches(got) if arrow else pd.concat(got, ignore_index=True)
-            yield from _outputs(kernel(frame, value()), arrow)
-
-        runner = grouped.mapInArrow if arrow else grouped.mapInPandas
-        out = runner(run_whole, schema)
-    elif arrow:
-        def run_arrow(batches):
-            yield from _apply(batches, kernel, value(), key, max_rows, True)
-
-        out = grouped.mapInArrow(run_arrow, schema)
-    else:
-        def run_pandas(batches):
-            yield from _apply(batches, kernel, value(), key, max_rows, False)
-
-        out = grouped.mapInPandas(run_pandas, schema)
-    out._per_user_broadcast = bc  # kept alive with the plan; `release(out)` frees it
-    return out
+    return (grouped.mapInArrow if arrow else grouped.mapInPandas)(run, schema)
 
 
-def release(df) -> None:
-    """Free the broadcast a `per_user` result shipped (after its last action)."""
-    bc = getattr(df, "_per_user_broadcast", None)
-    if bc is not None:
-        bc.destroy()
+def per_partition(df, kernel: Kernel, schema, *, key: str = "user_id",
+                  partitions: int | None = None, shared: Shared | None = None,
+                  arrow: bool = False):
+    """Spark backend, one kernel call per task with all of its rows: every user of the task
+    whole by the hash partitioning on `key` alone, in no particular order. For kernels whose
+    cost is per call (the evaluation's vectorised slot-day building, ingestion's shaping)."""
+    grouped = _partitioned(df, key, partitions)
+    value = _value_of(shared)
+
+    def run(batches):
+        got = list(batches)
+        if not got or not sum(len(b) for b in got):
+            return
+        frame = pa.Table.from_batches(got) if arrow else pd.concat(got, ignore_index=True)
+        yield from _outputs(kernel(frame, value()), arrow)
+
+    return (grouped.mapInArrow if arrow else grouped.mapInPandas)(run, schema)
 
 
 def per_user_local(

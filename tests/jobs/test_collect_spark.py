@@ -322,7 +322,7 @@ def test_published_metadata_follows_the_publish_settings(spark, spark_config, ra
 
 # ----------------------------------------------------------------------------- determinism
 def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, raw):
-    from jobs.spark.per_user import release as free_shared
+    from jobs.spark.per_user import Shared
     from udfs.space import LocationSpace
 
     locations, trajs, _ = raw
@@ -340,10 +340,10 @@ def test_same_run_key_same_output_for_1_and_4_partitions(spark, spark_config, ra
         for parts in (1, 4):
             spark.conf.set("spark.sql.shuffle.partitions", str(parts))
             spark.conf.set("spark.sql.adaptive.enabled", "false")
-            out = C.perturb_users(df.repartition(parts), space, kernel)
-            assert out.rdd.getNumPartitions() == parts
-            pdf = out.toPandas()
-            free_shared(out)
+            with Shared(spark, space) as shared:
+                out = C.perturb_users(df.repartition(parts), shared, kernel)
+                assert out.rdd.getNumPartitions() == parts
+                pdf = out.toPandas()
             pdf["loc_ids"] = pdf["loc_ids"].map(list)
             outs.append(pdf.sort_values(["mechanism", "traj_key"]).reset_index(drop=True))
     finally:
@@ -410,7 +410,8 @@ def test_metrics_pairs_from_the_cached_release_equal_the_joined_back_ones(spark,
     todo = L.spent_rows(spark, release.release_id).select(
         "user_id", "date", "traj_id", "traj_key").join(
         C.raw_trajectories(spark, DATASET), ["user_id", "date", "traj_id"])
-    computed = C.perturb_users(todo, space, C.release_kernel(cfg, [setting], keep_true=True))
+    shared = C.Shared(spark, space)
+    computed = C.perturb_users(todo, shared, C.release_kernel(cfg, [setting], keep_true=True))
     assert "true_ids" not in _published(spark).columns
 
     def canon(df):
@@ -421,7 +422,7 @@ def test_metrics_pairs_from_the_cached_release_equal_the_joined_back_ones(spark,
 
     joined = canon(C.release_pairs(spark, cfg, release))
     cached = canon(C.release_pairs(spark, cfg, release, computed))
-    C.free_shared(computed)
+    shared.free()
     assert len(joined) == figures["trajectories_released"]
     pd.testing.assert_frame_equal(cached, joined)
 

@@ -73,7 +73,7 @@ def test_local_backend_gives_each_call_whole_sorted_users_and_the_shared_value(a
 @pytest.mark.spark
 @pytest.mark.parametrize("arrow", [False, True])
 def test_spark_backend_whole_users_across_tiny_arrow_batches(spark, arrow):
-    from jobs.spark.per_user import per_user, release
+    from jobs.spark.per_user import Shared, per_user
 
     rng = np.random.default_rng(1)
     pdf = pd.DataFrame({"user_id": [f"u{i}" for i in rng.integers(0, 40, 2000)],
@@ -95,10 +95,11 @@ def test_spark_backend_whole_users_across_tiny_arrow_batches(spark, arrow):
     old = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
     try:
-        out = per_user(df, kernel, "user_id string, n long, ordered boolean, calls long, "
-                       "tag string", order=("t",), partitions=3, shared="S", arrow=arrow)
-        got = out.toPandas()
-        release(out)
+        with Shared(spark, "S") as shared:
+            out = per_user(df, kernel, "user_id string, n long, ordered boolean, calls long, "
+                           "tag string", order=("t",), partitions=3, shared=shared,
+                           arrow=arrow)
+            got = out.toPandas()
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", old)
     want = pdf.groupby("user_id").size()
