@@ -267,8 +267,9 @@ def synthesis_study_table(rows: pd.DataFrame) -> pd.DataFrame:
     refs = wide["epsilon"].isna()
     wide = pd.concat([wide[refs].sort_values("name", ascending=False), wide[~refs]])
     means = [c for c in wide.columns if c not in ("name", "epsilon") and not c.endswith("_sd")]
-    ordered = ([m for m in MOBILITY_METRICS if m in means]
-               + sorted(m for m in means if m not in MOBILITY_METRICS and m != "epsilon_spent")
+    known = (*MOBILITY_METRICS, *LONGRANGE_METRICS, "epsilon_spent")
+    ordered = ([m for m in known[:-1] if m in means]
+               + sorted(m for m in means if m not in known)
                + [m for m in ("epsilon_spent",) if m in means])
     cols = [c for m in ordered for c in (m, f"{m}_sd") if c in wide.columns]
     return wide[["name", "epsilon", *cols]].reset_index(drop=True)

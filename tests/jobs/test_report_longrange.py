@@ -49,3 +49,14 @@ def test_longrange_rows_have_a_table_of_their_own(tmp_path: Path) -> None:
     assert figures["tables"]["longrange"][2]["tstr_acc5"] == 0.2
     page = html_path.read_text()
     assert "Long-range statistics" in page and "TSTR acc@1" in page
+
+
+def test_synthesis_study_table_shows_the_longrange_columns_in_order() -> None:
+    from jobs.report.tables import synthesis_study_table
+
+    metrics = [*reversed(LONGRANGE_METRICS), "epsilon_spent", "other_figure", *MOBILITY_METRICS]
+    rows = pd.DataFrame([("s1", "d", "synthesis-study:markov", "4.0", m, 0.1) for m in metrics],
+                        columns=COLUMNS)
+    table = synthesis_study_table(rows)
+    assert list(table.columns) == ["name", "epsilon", *MOBILITY_METRICS, *LONGRANGE_METRICS,
+                                   "other_figure", "epsilon_spent"]
