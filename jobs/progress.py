@@ -1,7 +1,7 @@
 """Progress lines for long stages: done/total, rate and ETA, at most one line every few seconds.
 
-Why: collect and evaluate ran 25 s and 57 s on the default config (minutes at scale) without a
-line between "started" and "ok"; a data engineer could not tell a slow run from a stuck one.
+Why: a long stage would otherwise print nothing between "started" and "ok", and a data
+engineer could not tell a slow run from a stuck one.
 
 Two sources of progress:
 - `Progress`: a driver loop counts its own units (`advance`), e.g. the membership attacks over

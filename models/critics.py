@@ -713,8 +713,7 @@ def real_pair_sample(real: torch.Tensor, counts: torch.Tensor, rows: torch.Tenso
     (real_sub (U, m, F), counts_sub (U,)), m = min(pairs, max count); `pairs` = 0 keeps all.
 
     Why: the trusted `critic_gap` diagnostic scored every real pair of every participant each
-    round, which at Telecom-Shanghai scale (about 6,800 pairs a user, 9,200 users) cost 5-6 times
-    the critics' training steps (a round 50 s, now 4.4 s: README, "Pipeline stages"). The mean
+    round, which at scale cost several times the critics' training steps. The mean
     of a fixed uniform sample of m pairs is an unbiased estimate of the user's in-sample mean
     reward, with standard error at most 0.5 / sqrt(m) per user (rewards lie in [0, 1]), far
     less over the users' mean.

@@ -1,5 +1,5 @@
 """A DP first-order Markov generator of 48-slot days: the simple baseline private synthesis must
-beat (issue 16).
+beat.
 
 Model. A day starts at home h = x_0 (drawn from a start distribution) and takes one of four
 actions per transition t -> t+1 (47 a day), with probabilities P(a | t, at home, can return)

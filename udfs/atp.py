@@ -157,7 +157,7 @@ class ATP(RecordedMechanism):
         perturbed values (post-processing). n = 1 (``single_point``): "one_copy" (default; a
         deviation from DESIGN.md, PROOF.md 2a): anchor 0, radius 0, point = the whole eps, i.e.
         one EM draw over P (the anchor of one point is that point, so anchor and radius would
-        re-spend budget on it; measured better from eps = 4 up, slightly worse at eps <= 2);
+        re-spend budget on it);
         "two_copies": DESIGN's two copies, each anchor 1/16, radius 3/16, point 12/16 of eps/2.
     Citations: TP/ATP paper, Theorem 5.1 and Alg. 4-5; Li et al. 2020 (square wave).
     Runtime: one KD-tree query and O(n) look-ups per trajectory plus the TP step (see TP);
@@ -165,9 +165,8 @@ class ATP(RecordedMechanism):
     Utility: points are drawn from a region around the perturbed anchor. At eps <= 10 the
         anchor (eps/32 per copy) and radius (3 eps/32) are very noisy, so regions cover ~65% of
         P and the trajectory about as often as a random region would; the gain over EXP comes
-        from the sector constraints and the region's pull toward central locations.
-        bench/reproduce_ldp.py (5 reps, default combiner): NE below EXP at every epsilon 1-10
-        on CHI and CPS (CHI eps 4: 0.1991 against 0.2265).
+        from the sector constraints and the region's pull toward central locations
+        (bench/reproduce_ldp.py compares it with EXP).
     """
 
     space: LocationSpace

@@ -188,7 +188,8 @@ def single_point_perturb(space: LocationSpace, traj: np.ndarray, epsilon: float,
     Deviation from DESIGN.md (which runs two eps/2 copies and combines them): with one point
     there are no directions and (for ATP) the anchor is the point itself, so two copies only
     halve the budget of the one release that matters; Eq. 7 then picks one of the two draws.
-    One EM draw at eps is eps-LDP on its own (PROOF.md section 2a) and measured better.
+    One EM draw at eps is eps-LDP on its own (PROOF.md section 2a); bench/reproduce_ldp.py
+    compares the two rules.
     """
     (pt,) = split(epsilon, [(1, 1.0)])
     c = pt / (2.0 * space.diameter) if space.diameter > 0 else 0.0
@@ -211,9 +212,8 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
         returns the lower of a and b: a choice by id, blind to distance.
     "midpoint": the location of P nearest to the great-circle midpoint of a_i and b_i (falls
         back to "paper" for antipodal pairs).
-    Measured (bench/reproduce_ldp.py; CHI and CPS built the paper's way, epsilon 1-10):
-    "medoid" has the lowest NE of the four at every epsilon on both, and a higher PRQ than
-    "paper" and EXP at every radius; "midpoint" lowers NE but loses PRQ on CHI.
+    bench/reproduce_ldp.py compares the four (NE and PRQ on CHI and CPS); "medoid" is the
+    default.
     """
     if how == "paper":
         return np.minimum(a, b)

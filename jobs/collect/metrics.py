@@ -7,9 +7,8 @@ per-trajectory mean errors, points, points within each delta, both visit-count v
 `udfs.metrics.flat_counts` on the Arrow batches; the driver adds the partitions' counts and
 computes the figures once. Why: every figure is a function of sums that add up over any split
 of the pairs, so no point-level row is exploded or shuffled, and the job is a single pass over
-the (cached) release with no join. The two Spark aggregations this replaced were nine jobs of
-scheduling on a small release (4.7 s of a 25 s collect in the test suite's warm session) and
-13 s of a 100 s Telecom-scale collect (1.1 M trajectories). Distances are P's float32
+the (cached) release with no join, where separate Spark aggregations would each schedule
+jobs of their own. Distances are P's float32
 haversine numbers (`udfs.space.distances_from_coords`): a task holds P's coordinates only.
 
 Row shapes: pairs (group..., true_ids array<int>, pert_ids array<int>, ...) -> per task and

@@ -117,7 +117,7 @@ def candidates_of(spark: SparkSession, cfg: Config, target: TrainedRun
 def torch_threads():
     """Torch intra-op threads for the attacks: `TRAJPRIV_TORCH_THREADS` (default 1, as the
     training ranks), restored afterwards. The critics and policy are small: extra threads do not
-    help them, and on a busy machine spinning threads made the attacks 4x slower (measured)."""
+    help them, and on a busy machine spinning threads slow the attacks down."""
     import torch
 
     before = torch.get_num_threads()

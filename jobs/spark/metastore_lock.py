@@ -88,8 +88,8 @@ def check_metastore_free(metastore: Path, wait_s: float = 0.0, poll_s: float = 0
     release Derby's lock on `metastore`, then raise MetastoreBusyError naming the holder.
 
     The wait also covers the previous stage's JVM, which finishes its shutdown hooks, lock still
-    held, for a few seconds after its Python driver has exited (measured: a back-to-back
-    `trajpriv` run otherwise found the lock held).
+    held, for a few seconds after its Python driver has exited (a back-to-back `trajpriv` run
+    would otherwise find the lock held).
     """
     lock = metastore / LOCK_FILE
     own = {os.getpid(), _own_jvm()}

@@ -216,8 +216,8 @@ def stored_table_names(spark, db: str) -> list[str]:
     """Names of the tables (not views) the catalog lists in `db`.
 
     Why SHOW TABLES minus SHOW VIEWS and not `spark.catalog.listTables`: the latter fetches
-    and decodes every table's full metadata (schema, storage, partition columns), 3-5 s per
-    session start on a 2-core machine for a root with a dozen tables, and every stage and
+    and decodes every table's full metadata (schema, storage, partition columns) at every
+    session start, and every stage and
     every `trajpriv sql` opens a session; the names alone are one metastore call each.
     """
     names = {r["tableName"] for r in spark.sql(f"SHOW TABLES IN {db}").collect()

@@ -7,8 +7,8 @@ Both halves can fail: another process may take the port in between (a time-of-ch
 a port free on the driver's address may be held on another one, such as a listener on
 127.0.0.1 (a wildcard bind conflicts with it; the probe on one address does not see it). The
 thread then dies with "Address already in use", the ranks' log lines are lost without a word
-to the caller, and the traceback lands on stderr. This was seen once in a full test run
-(2026-12-04); a deterministic reproduction is in tests/jobs/test_train_log_server.py.
+to the caller, and the traceback lands on stderr. A deterministic reproduction is in
+tests/jobs/test_train_log_server.py.
 
 `BoundLogStreamingServer` binds ("0.0.0.0", 0) itself, in the caller's thread, and reads the
 port the kernel chose: the port is held from the moment it is known, so nothing can take it,

@@ -3,7 +3,7 @@
 PateGAIL++ weighs each generated pair's budget by a pilot estimate R_p of its mean reward. A
 fresh noisy pilot must be paid for, and at the paper's rate (a tenth of the batch budget) its
 noise is ten times the release's: at lambda 0.1 most pilot values clip to 0 or 1 and their
-correlation with the true mean is about zero (issue 15). This pilot costs nothing: it is a
+correlation with the true mean is about zero. This pilot costs nothing: it is a
 function of rewards already released (post-processing), averaged per public key of a pair
 (slot, action, at home: 48 * 4 * 2 keys, from the public features of `models.features`), with
 older rounds down-weighted by `decay` per round. A key never released yet takes the average over
