@@ -1,0 +1,128 @@
+"""Limits a tool can hold in jobs/, udfs/ and models/.
+
+1. No function takes more than MAX_PARAMS parameters (self/cls not counted) or spans more than
+   MAX_LINES lines, except the ones named in EXCEPTIONS, each held to its recorded size: an
+   exception may shrink (then lower or drop its entry) but never grow. Most are public entry
+   points whose keyword options mirror a config section or a paper's parameters (`perturb`,
+   the attack runners, `per_user`), numerical kernels whose steps share many arrays (the
+   samplers of `udfs.sampling`, `perturb_copy_batch`, the critic updates), stage `run`s and
+   readers still to be split.
+2. No Earth-radius or degree-conversion literal outside `udfs/geo.py`: every geographic
+   constant is derived there.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("jobs", "udfs", "models")
+MAX_PARAMS = 7
+MAX_LINES = 60
+
+#: function -> (parameters, lines) it may not exceed.
+EXCEPTIONS: dict[str, tuple[int, int]] = {
+    "jobs.cli:run_sql": (1, 78),
+    "jobs.datagen.model:simulate_user": (3, 73),
+    "jobs.evaluate.stage:_chunk_summaries": (11, 60),
+    "jobs.evaluate.stage:pair_summaries": (5, 86),
+    "jobs.evaluate.stage:run": (3, 87),
+    "jobs.ingest.locmap:load_locations": (2, 71),
+    "jobs.ingest.readers.common:line_reasons": (9, 33),
+    "jobs.ingest.readers.common:parsed_frame": (10, 41),
+    "jobs.ingest.readers.delimited:parse_delimited": (5, 61),
+    "jobs.ingest.readers.plan:plan_inputs": (1, 80),
+    "jobs.ingest.readers.slots48:parse_slots": (5, 62),
+    "jobs.ingest.shaping:cut_trajectories": (6, 69),
+    "jobs.ingest.stage:write_tables": (5, 63),
+    "jobs.report.render:render_report": (2, 142),
+    "jobs.spark.catalog:record_run": (8, 25),
+    "jobs.spark.per_user:per_user": (9, 18),
+    "jobs.spark.per_user:per_user_local": (8, 25),
+    "jobs.train.stage:charge_training": (8, 11),
+    "jobs.train.stage:run": (3, 61),
+    "models.attacks.lira:lira_report": (11, 18),
+    "models.attacks.lira:run_lira": (14, 24),
+    "models.attacks.membership:run_membership": (11, 30),
+    "models.attacks.report:evaluate_attack": (9, 17),
+    "models.attacks.suite:membership_attacks": (11, 33),
+    "models.config:TrainConfig.__post_init__": (0, 61),
+    "models.critics:_losses_and_grads": (7, 99),
+    "models.critics:critic_step": (10, 6),
+    "models.critics:critic_update": (9, 52),
+    "models.markov:fit_markov": (10, 15),
+    "models.markov:release_markov": (11, 25),
+    "models.ppo:ppo_update": (8, 37),
+    "models.train:_Run.one_round": (0, 85),
+    "models.train:critic_step_rows": (12, 17),
+    "models.train:fit": (8, 21),
+    "models.train:sharded_ppo_update": (10, 50),
+    "udfs.atp:perturb_region": (9, 31),
+    "udfs.collect:perturb": (12, 51),
+    "udfs.collect:perturb_padded": (8, 20),
+    "udfs.collect_plan:plan_users": (6, 70),
+    "udfs.sampling:_bitset_stage": (9, 65),
+    "udfs.sampling:_list_stage": (8, 19),
+    "udfs.sampling:_one_sector_stage": (9, 32),
+    "udfs.tp:perturb_copy": (8, 9),
+    "udfs.tp:perturb_copy_batch": (9, 71),
+}
+
+
+def _functions():
+    """(qualified name, parameter count, line count) of every function of the packages."""
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            module = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+            yield from _walk(ast.parse(path.read_text()), f"{module}:")
+
+
+def _walk(node, prefix: str):
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = child.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+            n = sum(p is not None for p in params)
+            if a.args and a.args[0].arg in ("self", "cls"):
+                n -= 1
+            yield f"{prefix}{child.name}", n, child.end_lineno - child.lineno + 1
+            yield from _walk(child, f"{prefix}{child.name}.")
+        elif isinstance(child, ast.ClassDef):
+            yield from _walk(child, f"{prefix}{child.name}.")
+
+
+def test_functions_stay_within_the_parameter_and_length_limits():
+    over = []
+    for name, params, lines in _functions():
+        cap_params, cap_lines = EXCEPTIONS.get(name, (MAX_PARAMS, MAX_LINES))
+        if params > max(cap_params, MAX_PARAMS) or lines > max(cap_lines, MAX_LINES):
+            over.append(f"{name}: {params} parameters, {lines} lines (limit "
+                        f"{max(cap_params, MAX_PARAMS)}, {max(cap_lines, MAX_LINES)})")
+    assert not over, ("split these, or pass a parameter object:\n" + "\n".join(over))
+
+
+def test_every_exception_still_exists():
+    names = {name for name, _, _ in _functions()}
+    assert not sorted(set(EXCEPTIONS) - names), "drop the entries of removed functions"
+
+
+def _geographic(value) -> bool:
+    """An Earth radius in km or m, km per degree, or a degree/radian factor."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (6350 <= value <= 6400 or 6.35e6 <= value <= 6.4e6 or 110.5 <= value <= 111.5
+            or 57.29 <= value <= 57.3 or 0.01745 <= value <= 0.017454)
+
+
+def test_no_geographic_literal_outside_geo():
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path == ROOT / "udfs" / "geo.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and _geographic(node.value):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+    assert not found, "derive it from udfs.geo (EARTH_RADIUS_KM, KM_PER_DEGREE):\n" + "\n".join(
+        found)
