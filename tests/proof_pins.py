@@ -5,9 +5,9 @@ Each section of `udfs/PROOF.md` and `models/PROOF.md` carries one line
     Proves: module.function @ <hash>; module.Class.method @ <hash>
 
 naming the functions (or classes) the section's argument is about, each with the first 12 hex
-digits of the SHA-256 of its source. `tests/test_proof_pins.py` fails when a pinned source
-changes and its hash does not: whoever changes a proven function re-reads the section, then
-records the new hashes with
+digits of the SHA-256 of its source lines (read from the file, nothing imported).
+`tests/test_proof_pins.py` fails when a pinned source changes and its hash does not: whoever
+changes a proven function re-reads the section, then records the new hashes with
 
     python -m tests.proof_pins --update
 
@@ -17,9 +17,8 @@ records the new hashes with
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
-import importlib
-import inspect
 import re
 import sys
 from dataclasses import dataclass
@@ -44,25 +43,39 @@ class Pin:
         return source_hash(self.name)
 
 
-def resolve(name: str):
-    """The object a dotted name denotes: the longest importable module prefix, then
-    attributes."""
+def _locate(name: str) -> tuple[Path, list[str]]:
+    """(source file, attribute path inside it) of a dotted name: the longest prefix that is a
+    module file of the repository, then the names of nested definitions."""
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ModuleNotFoundError:
-            continue
-        for attr in parts[i:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ModuleNotFoundError(f"no module in {name!r}")
+        base = ROOT.joinpath(*parts[:i])
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path, parts[i:]
+    raise FileNotFoundError(f"no module of the repository in {name!r}")
+
+
+def source_of(name: str) -> str:
+    """The source lines of a pinned function or class (decorators included), read from its
+    file without importing it."""
+    path, attrs = _locate(name)
+    text = path.read_text()
+    node: ast.AST = ast.parse(text)
+    for attr in attrs:
+        found = [n for n in ast.iter_child_nodes(node)
+                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                 and n.name == attr]
+        if not found:
+            raise LookupError(f"{name}: {attr!r} is not defined in {path.relative_to(ROOT)}")
+        node = found[-1]  # a redefinition (property setter) follows its getter
+    if not attrs:
+        raise LookupError(f"{name}: pin a function or class, not a module")
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return "".join(text.splitlines(keepends=True)[first - 1:node.end_lineno])
 
 
 def source_hash(name: str) -> str:
-    obj = resolve(name)
-    obj = getattr(obj, "fget", obj)  # a property proves its getter
-    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:12]
+    return hashlib.sha256(source_of(name).encode()).hexdigest()[:12]
 
 
 def sections(proof: Path) -> list[tuple[str, list[str]]]:
@@ -107,7 +120,7 @@ def stale() -> list[str]:
         for pin in found:
             try:
                 now = pin.current()
-            except (ImportError, AttributeError, OSError, TypeError) as exc:
+            except (LookupError, OSError) as exc:
                 out.append(f"{proof.name} section {pin.section!r}: {pin.name} cannot be read "
                            f"({exc}); point the pin at the code that proves it")
                 continue
