@@ -1323,6 +1323,9 @@ def outcome(case: Case, tmp: Path) -> str:
             )
         if case.id == "unknown_location_id_near_station":
             return "accepted: mapped to the nearest station within max_distance_km (documented)"
+        if case.id == "user_id_with_surrounding_spaces":
+            users = sorted(res.tables["points"]["user_id"].unique())
+            return f"accepted: {len(users)} users {users}, kept as written (none merged)"
         return (
             f"accepted: {len(res.tables['points']):,} points, "
             f"{len(res.tables['trajectories']):,} trajectories"
@@ -1332,6 +1335,7 @@ def outcome(case: Case, tmp: Path) -> str:
         "location_set_of_one_point": "every output is the only location (0-LDP, no NaN)",
         "epsilon_1e6": "output equals the input (no overflow or NaN)",
         "unknown_location_id_near_station": "mapped to the nearest station (documented)",
+        "file_date_year_from_window": "the file dates' year is the window's, 2014",
     }.get(case.id, repr(res)[:80])
 
 
