@@ -665,7 +665,7 @@ def run(spark: SparkSession, cfg: Config, ctx) -> dict[str, Any]:
         if why is not None:
             # No counts in the log line (raw-derived; Airflow task logs leave the trusted
             # zone): they are in the run folder's figures.json.
-            log.warning("collect %s: nothing released, nothing spent: %s", figures["window"],
+            log.warning("collect %s: nothing released, nothing spent: %s", c.window_text(),
                         why.split(" (")[0])
             figures.update(release_id=None, nothing_released=why)
             ensure_points_view(spark)
