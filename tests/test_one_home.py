@@ -81,6 +81,7 @@ def test_config_mechanisms_and_options_come_from_the_registry():
         MECHANISM_OPTIONS,
         MECHANISMS,
         PUBLISHED_MECHANISMS,
+        TrajectoryMechanism,
         make_mechanism,
     )
     from udfs.collect_kernel import Setting
@@ -94,6 +95,7 @@ def test_config_mechanisms_and_options_come_from_the_registry():
                                       np.array([121.4, 121.41, 121.5]))
     for name in MECHANISMS:
         mech = make_mechanism(space, 1.0, name)
+        assert isinstance(mech, TrajectoryMechanism)
         assert mech.record(2).spent <= 1.0
         assert Setting(name, 1.0).charge == (0.0 if name in INPUT_FREE else 1.0)
 

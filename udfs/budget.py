@@ -113,6 +113,7 @@ class RecordedMechanism:
     """
 
     MAX_RECORDED_LENGTH = 16
+    keyed = False  # perturb_batch takes a numpy Generator (True: a udfs.streams.Stream)
 
     @property
     def epsilon(self) -> float:

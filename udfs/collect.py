@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from udfs.streams import Stream, keys_from
 from udfs.tp import TP
 
 
+@runtime_checkable
 class TrajectoryMechanism(Protocol):
     """What every LDP trajectory mechanism offers the collection entry points: its budget
     record for a length, and a batch perturbation of padded trajectories. `keyed` mechanisms
@@ -195,7 +196,7 @@ def perturb_keyed(mech, pad: np.ndarray, lengths: np.ndarray, keys: np.ndarray) 
     Mechanisms whose `perturb_batch` takes a `udfs.streams.Stream` (`keyed = True`: TP, ATP,
     EXP, UNIFORM) run once over the whole batch; any other runs once per trajectory with a
     numpy Generator seeded by that trajectory's key (same guarantee, slower)."""
-    if getattr(mech, "keyed", False):
+    if mech.keyed:
         return mech.perturb_batch(pad, lengths, rng=Stream(keys))
     out = np.array(pad, dtype=np.int64, copy=True)
     for i, (k, n) in enumerate(zip(keys.tolist(), lengths.tolist(), strict=True)):
@@ -265,7 +266,7 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         valid = np.arange(int(lengths.max()))[None, :] < lengths[:, None]
         pad = np.zeros(valid.shape, np.int64)  # (N, L), row i valid in its first n_i
         pad[valid] = points
-        if getattr(mech, "keyed", False) or _is_keys(seed):
+        if mech.keyed or _is_keys(seed):
             res = perturb_keyed(mech, pad, lengths, trajectory_keys(seed, lengths.size))
         else:  # a mechanism without streams, seeded as a whole: one generator for the call
             res = mech.perturb_batch(pad, lengths, rng=as_generator(seed))
