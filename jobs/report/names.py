@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from jobs.study.synthesis import PREFIX as SYNTHESIS_STUDY_PREFIX
+from jobs.spark.tables import SYNTHESIS_STUDY_PREFIX
 
 MECHANISM_NAMES = {"atp": "ATP", "tp": "TP", "exp": "EXP", "uniform": "UNIFORM (LDP)",
                    "ngram": "N-gram", "tracs_d": "TraCS-D", "tracs_c": "TraCS-C"}

@@ -183,6 +183,8 @@ EVALUATION = Table(
             "dataset string, run_id string, method string",
     holds="divergences and attack figures against the real days (not DP)",
     notes={"run_id": "the run evaluated (collect release or train run)"})
+# `method` of the synthesis study's rows in EVALUATION: the prefix and the method's name
+SYNTHESIS_STUDY_PREFIX = "synthesis-study:"
 STUDY_PERTURBED = Table(
     f"{TRUSTED_DB}.study_perturbed", partition_by=("dataset", "run_id"),
     columns="user_id string, date date, traj_id bigint, mechanism string, epsilon double, "

@@ -33,11 +33,12 @@ import numpy as np
 import pandas as pd
 
 from jobs.config import Config
+from jobs.spark.tables import SYNTHESIS_STUDY_PREFIX
 from udfs.errors import InputDataError
 
 log = logging.getLogger("trajpriv.study")
 
-PREFIX = "synthesis-study:"  # evaluation method names of the study's rows
+PREFIX = SYNTHESIS_STUDY_PREFIX  # evaluation method names of the study's rows
 REFERENCES = ("uniform_random", "real_train")
 
 
@@ -101,10 +102,13 @@ def train_and_sample(method: str, cfg: Config, data, n_days: int, seed: int
 
 
 def score(test: np.ndarray, days: np.ndarray, coords: np.ndarray, mode: str) -> dict[str, float]:
-    """Every statistic the evaluate stage reports, of `days` against the held-out `test`."""
+    """Every statistic the evaluate stage reports, of `days` against the held-out `test`: the
+    six mobility divergences and the long-range statistics (motifs, home return,
+    train-on-synthetic accuracy; udfs/longrange.py)."""
+    from udfs.longrange import longrange_metrics
     from udfs.mobility import jsd_metrics
 
-    return jsd_metrics(test, days, coords, mode)
+    return {**jsd_metrics(test, days, coords, mode), **longrange_metrics(test, days, coords)}
 
 
 def metric_rows(method: str, epsilon: float | None, values: dict[str, float]) -> list[dict]:
