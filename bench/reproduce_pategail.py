@@ -42,7 +42,7 @@ from models.env import SLOTS, MobilityEnv
 from models.features import expert_trajectories
 from models.starts import start_jsd, start_mass
 from models.synthesis import synthesize
-from models.train import fit
+from models.train import env_of, fit
 from udfs.longrange import longrange_metrics
 from udfs.mobility import jsd_metrics
 
@@ -78,6 +78,8 @@ def run_one(cfg: TrainConfig, data, env, test: np.ndarray, true_starts: np.ndarr
     t0 = time.perf_counter()
     res = fit(cfg, data)
     secs = time.perf_counter() - t0
+    if res.dest_prior is not None:  # pre-trained on the Markov release: its tilted explore
+        env = env_of(data.coords, cfg, res.dest_prior)
     days = synthesize(res.policy(), env, res.start_probs, n_days or len(test),
                       torch.Generator().manual_seed(seed + 1))
     corr = [h["trusted"].get("pilot_corr") for h in res.history[1:]]

@@ -34,6 +34,13 @@ picks the learned methods (default pategail; `pategail,pategail++` adds the sens
 scheme with the same mechanism and noise search) and `--pretrain` the critics' pretraining
 steps (free: models/PROOF.md section 1). Models train in this process (models.train.fit, the
 code each TorchDistributor rank runs) so a seed costs minutes, not a JVM and a rank launch.
+
+Private pre-training (`--pretrain-markov SHARES`, models/pretrain.py): for each markov_share in
+the comma list, each learned row is run again with `pretrain: markov`: the DP Markov release
+takes that share of the epsilon (its start distribution replaces the start histogram and its
+destination tables tilt the explore draws), the policy is behaviour-cloned on `--bc-days` days
+sampled from it for `--bc-epochs` passes, and the rounds' noise is found by the same plan with
+the Markov release in it; the row is labelled "+ Markov pre-training (share s)".
 """
 
 
@@ -136,6 +143,11 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="a prepared Telecom root (see the doc)")
     ap.add_argument("--dataset", default="telecom_shanghai")
     ap.add_argument("--days", type=int, default=20000, help="synthetic days per run (--root)")
+    ap.add_argument("--pretrain-markov", default="", help="markov_share list (see the doc)")
+    ap.add_argument("--no-plain", action="store_true",
+                    help="with --pretrain-markov: skip the rows without pre-training")
+    ap.add_argument("--bc-epochs", type=int, default=5)
+    ap.add_argument("--bc-days", type=int, default=2000)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -169,13 +181,19 @@ def main() -> None:
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
                      **summarise(runs, (*COLUMNS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
-        for scheme, mech, dest in [(c, m, d) for c in args.schemes.split(",") if c
-                                   for m in args.mechanisms.split(",") if m
-                                   for d in args.destinations.split(",") if d]:
+        shares = ([] if args.no_plain else [None]) + [
+            float(x) for x in args.pretrain_markov.split(",") if x]
+        for scheme, mech, dest, share in [(c, m, d, s) for c in args.schemes.split(",") if c
+                                          for m in args.mechanisms.split(",") if m
+                                          for d in args.destinations.split(",") if d
+                                          for s in shares]:
+            pre = ({} if share is None else
+                   {"pretrain": "markov", "markov_share": share, "target_epsilon": e,
+                    "bc_epochs": args.bc_epochs, "bc_days": args.bc_days})
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
                                scheme=scheme, critic_kind=None, mechanism=mech, beta=0.0,
                                start_hist_epsilon=args.start_share * e, delta=DELTA,
-                               destination=dest, critic_pretrain_steps=args.pretrain)
+                               destination=dest, critic_pretrain_steps=args.pretrain, **pre)
             lam = noise_for_epsilon(base, data.n_users, data.coords, args.rounds, e)
             sd = lam * (np.sqrt(2) if mech == "laplace" else 1.0)
             runs = []
@@ -184,12 +202,14 @@ def main() -> None:
                                           target_epsilon=e * (1 + 1e-9))
                 r = run_one(cfg, data, env, test, true_starts, seed, mode=mode, n_days=n)
                 runs.append({**r, "spent": r["epsilon"]})
-                print(f"{scheme} {mech} {dest} eps {e:g} seed {seed}: {r['seconds']:.0f}s "
+                print(f"{scheme} {mech} {dest} share {share} eps {e:g} seed {seed}: "
+                      f"{r['seconds']:.0f}s "
                       f"{r['rounds']} rounds spent {r['epsilon']:.4g} (noise sd {sd:.4g}) "
                       f"gap {_fmt(r['critic_gap'][0])} -> {_fmt(r['critic_gap'][-1])}",
                       flush=True)
             label = (("PateGAIL++" if scheme == "pategail++" else "PateGAIL")
-                     + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else ""))
+                     + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else "")
+                     + ("" if share is None else f" + Markov pre-training ({share:g})"))
             rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*COLUMNS, "spent",
                                                                      "rounds")), "runs": runs})
@@ -197,18 +217,18 @@ def main() -> None:
     def cell(v, fmt=".4f"):
         return "-" if v is None else f"{v[0]:{fmt}}+-{v[1]:{fmt}}"
 
-    print(f"\n{'method':34s} {'eps':>4s} {'noise':>9s} " + " ".join(f"{c:>15s}" for c in METRICS)
+    print(f"\n{'method':58s} {'eps':>4s} {'noise':>9s} " + " ".join(f"{c:>15s}" for c in METRICS)
           + f" {'spent':>13s}")
     for r in rows:
-        print(f"{r['method']:34s} {r['epsilon']!s:>4s} {r.get('setting', ''):>9s} "
+        print(f"{r['method']:58s} {r['epsilon']!s:>4s} {r.get('setting', ''):>9s} "
               + " ".join(f"{cell(r[c]):>15s}" for c in METRICS)
               + f" {cell(r.get('spent'), '.3f'):>13s}")
     print("\nlong-range statistics (udfs.longrange; JSDs and gap: lower is better, top-motif "
           "share and train-on-synthetic accuracy: higher; the first row's accuracy is the "
           "real-trained reference)")
-    print(f"{'method':34s} {'eps':>4s} " + " ".join(f"{c:>15s}" for c in LONGRANGE_METRICS))
+    print(f"{'method':58s} {'eps':>4s} " + " ".join(f"{c:>15s}" for c in LONGRANGE_METRICS))
     for r in rows:
-        print(f"{r['method']:34s} {r['epsilon']!s:>4s} "
+        print(f"{r['method']:58s} {r['epsilon']!s:>4s} "
               + " ".join(f"{cell(r[c]):>15s}" for c in LONGRANGE_METRICS))
     print(f"\n{args.rounds} rounds, seeds {seeds}, delta {DELTA:g}; "
           f"total {time.perf_counter() - t_all:.0f} s")

@@ -13,6 +13,9 @@ lambda per user (sensitivity 1, reported as local epsilon). Gaussian releases
 in every round, so for it the plan is the cost, not a floor. Poisson rounds
 (`sampling="poisson"`): N is the public expected count q * N_total and each round's event is
 wrapped in PoissonSampledDpEvent(q, .) (amplification; add/remove-one neighbouring).
+With `pretrain="markov"` the first release is the DP Markov model at markov_share of the
+target (`models.pretrain.markov_plan`, the plan the run charges) instead of the start
+distribution, and the rounds are planned composed with it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def sampled(cfg: TrainConfig, event: dp_accounting.DpEvent) -> dp_accounting.DpE
 
 
 def start_events(cfg: TrainConfig, coords: np.ndarray) -> dp_accounting.DpEvent:
+    """What a run releases before round 1: the DP start distribution, or under
+    `pretrain="markov"` the Markov release (whose start distribution the run uses instead)."""
+    if cfg.pretrain == "markov":
+        from models.pretrain import markov_events
+
+        return markov_events(cfg, coords)
     if cfg.privacy_model == "local":
         return LocalStarts(cfg.start_hist_epsilon, cfg.start_tau).event()
     return HierarchicalStarts(cfg.start_hist_epsilon, len(kd_levels(coords)),
@@ -106,21 +115,24 @@ def noise_for_epsilon(cfg: TrainConfig, n_users: int, coords: np.ndarray, rounds
 
 
 def check_one_round(cfg: TrainConfig, n_users: int, coords: np.ndarray) -> float:
-    """Refuse a run whose target cannot pay the start distribution and one round (issue 15:
-    such a run used to stop at round 0, report ok and publish an untrained policy). Returns the
-    planned epsilon of that first round."""
+    """Refuse a run whose target cannot pay the start distribution and one round (it would
+    stop at round 0, report ok and publish an untrained policy). Returns the planned epsilon
+    of that first round."""
     from udfs.errors import BudgetExceededError
 
     start = planned_epsilon(cfg, n_users, coords, 0)
     one = planned_epsilon(cfg, n_users, coords, 1)
+    first = ("DP Markov release (markov_share)" if cfg.pretrain == "markov"
+             else "DP start distribution")
     if cfg.target_epsilon is not None and one > cfg.target_epsilon:
         try:
             need = f"noise >= {noise_for_epsilon(cfg, n_users, coords, 1, cfg.target_epsilon):.4g}"
         except ValueError:
-            need = f"start_hist_epsilon < {cfg.target_epsilon:g}"
+            need = ("a smaller markov_share" if cfg.pretrain == "markov"
+                    else f"start_hist_epsilon < {cfg.target_epsilon:g}")
         raise BudgetExceededError(
-            f"target_epsilon={cfg.target_epsilon:g} cannot pay one round of {cfg.scheme}: the DP "
-            f"start distribution costs {start:.4g} and with one round ({pairs_per_round(cfg)} "
+            f"target_epsilon={cfg.target_epsilon:g} cannot pay one round of {cfg.scheme}: the "
+            f"{first} costs {start:.4g} and with one round ({pairs_per_round(cfg)} "
             f"generated pairs, {n_participants(cfg, n_users)} users, noise {cfg.noise:g}) the "
             f"total is {one:.4g} ({cfg.privacy_model} epsilon at delta={cfg.delta:g}); raise "
             f"target_epsilon to at least {one:.4g}, or set {need}")

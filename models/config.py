@@ -21,6 +21,7 @@ DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the
 MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
 DESTINATIONS = ("public", "learned")
+PRETRAINS = ("none", "markov")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,20 @@ class TrainConfig:
     start_hist_epsilon: float = 1.0
     start_tau: float = 2.0  # soft threshold of the DP start hierarchy, in noise scales
     ldp_start_depth: int = 4  # ldp / ldp++: k-d depth of the cells users report starts in
+    # private pre-training (models/pretrain.py): "markov" = release the DP Markov model
+    # (models.markov) on the training users with markov_share of target_epsilon, take its start
+    # distribution and destination tables, behaviour-clone the policy on bc_days days sampled
+    # from it for bc_epochs passes (post-processing), then spend the rest on the rounds; the
+    # Markov release and the rounds compose in one accountant (models/PROOF.md section 10)
+    pretrain: str = "none"
+    markov_share: float = 0.5
+    bc_epochs: int = 5
+    bc_days: int = 2000
+    # the Markov release's own settings (utility choices, models.markov.fit_markov)
+    markov_mechanism: str = "gaussian"
+    markov_cell_depth: int = 5
+    markov_tau: float = 2.0
+    markov_smooth: int = 1
     # bookkeeping
     checkpoint_every: int = 1
 
@@ -158,6 +173,32 @@ class TrainConfig:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
         if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:
             raise bad("target_epsilon", "must be finite and > 0, or None")
+        self._check_pretrain(bad)
+
+    def _check_pretrain(self, bad) -> None:
+        if self.pretrain not in PRETRAINS:
+            raise bad("pretrain", f"must be one of {PRETRAINS}")
+        if not 0 < self.markov_share < 1:
+            raise bad("markov_share", "must lie in (0, 1): the fraction of target_epsilon the "
+                      "Markov release takes, the rest paying the rounds")
+        if self.markov_mechanism not in MECHANISMS:
+            raise bad("markov_mechanism", f"must be one of {MECHANISMS}")
+        if self.bc_epochs < 0 or self.bc_days < 1 or self.markov_smooth < 0:
+            name = ("bc_epochs" if self.bc_epochs < 0 else "bc_days" if self.bc_days < 1
+                    else "markov_smooth")
+            raise bad(name, "must be >= 0" if name != "bc_days" else "must be >= 1")
+        if not 1 <= self.markov_cell_depth <= 16 or not 0 <= self.markov_tau < math.inf:
+            name = "markov_tau" if 1 <= self.markov_cell_depth <= 16 else "markov_cell_depth"
+            raise bad(name, "must lie in [1, 16]" if name == "markov_cell_depth"
+                      else "must be finite and >= 0")
+        if self.pretrain == "markov":
+            if self.privacy_model == "local":
+                raise bad("pretrain", "the Markov release is central (a trusted aggregator sums "
+                          "the users' statistics); the local schemes cannot pre-train on it: set "
+                          "pretrain='none' or a central scheme")
+            if self.target_epsilon is None:
+                raise bad("pretrain", "pretrain='markov' gives the Markov release markov_share "
+                          "of target_epsilon: set target_epsilon")
 
     @property
     def privacy_model(self) -> str:

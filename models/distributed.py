@@ -247,7 +247,10 @@ def write_artefacts(run: _Run, out_dir: Path, meta: dict) -> dict[str, str]:
     policy = {"policy_state": to_cpu(run.policy.state_dict()), "n_locations": run.env.n_locations,
               "loc_dim": cfg.loc_dim, "slot_dim": cfg.slot_dim, "hidden": cfg.policy_hidden,
               "k_nearest": cfg.k_nearest, "explore_exponent": cfg.explore_exponent,
-              "start_probs": to_cpu(run.start_probs), "scheme": cfg.scheme, "meta": meta}
+              "start_probs": to_cpu(run.start_probs), "scheme": cfg.scheme, "meta": meta,
+              # pretrain="markov": the released destination tables the explore draws are tilted
+              # by (models.train.env_of); synthesis must build the same environment
+              "dest_prior": run.dest_prior}
     with atomic_open(files["policy.pt"], binary=True) as fh:
         torch.save(policy, fh)
     write_json(files["accountant.json"], {"summary": run.accountant.summary(),
@@ -367,9 +370,9 @@ def _exit_with_launcher(interval_s: float = 1.0) -> None:
 
     torchrun starts each rank in a session of its own, so when `trajpriv train` is killed with
     its process group (kill -9, a killed scheduler task) the ranks would outlive it, train on and
-    write checkpoints into a run that may already be resumed (measured with torch 2.13: a
-    worker outlives kill -9 of torchrun's process group; tests/reliability/test_train_faults.py
-    checks that ours exit). pyspark's torchrun wrapper polls its parent the same way.
+    write checkpoints into a run that may already be resumed (a worker outlives kill -9 of
+    torchrun's process group; tests/reliability/test_train_faults.py checks that ours exit).
+    pyspark's torchrun wrapper polls its parent the same way.
     The watch polls every `interval_s`; save_sharded checks again before it commits a round, so
     an orphan never moves LATEST.json forward.
     """

@@ -25,6 +25,10 @@ Budget is planned before the start distribution is drawn (`models.budget.check_o
 target that cannot pay one round fails, naming the costs) and checked inside step 5 before each
 noise draw; a refused release ends training with `stopped_reason` set and the policy of the last
 completed round (a run that ends with 0 rounds fails).
+With `pretrain="markov"` a fresh run first releases the DP Markov model on its users (the
+statistics all-reduced, the noise added on rank 0, charged to the run's accountant), takes its
+start distribution and destination tables, and behaviour-clones the policy on days sampled from
+it (`_Run.setup_markov`, models/pretrain.py, models/PROOF.md section 10).
 Before round 1 a fresh run (not a resumed one) may pretrain every critic for
 `critic_pretrain_steps` steps against rollouts of the initial policy (`_Run.setup`,
 `pretrain_critics`): local data only, nothing released, no epsilon (models/PROOF.md section 1).
@@ -69,9 +73,9 @@ from torch import nn
 
 from models.accounting import PrivacyAccountant
 from models.aggregation import LocalRewards
-from models.aggregation.registry import make_scheme
 from models.aggregation.base import laplace
 from models.aggregation.pilot import HistoryPilot, pair_keys
+from models.aggregation.registry import make_scheme
 from models.budget import check_one_round, normaliser, sampled
 from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
 from models.config import TrainConfig
@@ -87,8 +91,9 @@ from models.critics import (
     real_reward_means,
 )
 from models.data import TrainData
-from models.env import DestContext, MobilityEnv
+from models.env import DestContext, DestPrior, MobilityEnv
 from models.features import FEATURE_DIM, expert_features_per_user
+from models.markov import MarkovModel, Stats, move_cells, release_markov, user_stats
 from models.policy import PolicyNet, ValueNet
 from models.ppo import (
     PPOSettings,
@@ -99,6 +104,7 @@ from models.ppo import (
     obs_of,
     rollout,
 )
+from models.pretrain import behaviour_clone, dest_prior, markov_epsilon
 from models.starts import HierarchicalStarts, LocalStarts, kd_levels, start_mass
 from udfs.errors import BudgetExceededError, ConfigError
 
@@ -119,6 +125,14 @@ def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
     a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
     den = float(a.norm() * b.norm())
     return float((a * b).sum()) / den if den > 0 else None
+
+
+def env_of(coords: np.ndarray, cfg: TrainConfig, prior: dict | None = None,
+           device: torch.device | str | None = None) -> MobilityEnv:
+    """The environment of a run: the public map, its explore weights tilted by the released
+    destination tables `prior` (`DestPrior.to_dict`) when the run pre-trained on them.
+    Synthesis from a trained policy builds the same one."""
+    return MobilityEnv(coords, cfg.k_nearest, cfg.explore_exponent, device, DestPrior.of(prior))
 
 
 def make_generators(seed: int) -> tuple[dict[str, torch.Generator], np.random.Generator]:
@@ -162,6 +176,9 @@ class FitResult:
     # ids: the white-box attacks and critic LiRA read them (models/attacks)
     critics_state: dict | None = None
     critic_users: list | None = None
+    # pretrain="markov": the released destination tables the environment was tilted by
+    # (`models.env.DestPrior.to_dict`); synthesis builds its environment with them
+    dest_prior: dict | None = None
 
     def policy(self) -> PolicyNet:
         return PolicyNet.restore(self.config, self.n_locations, self.policy_state)
@@ -346,7 +363,7 @@ class _Run:
         self.rows = torch.arange(data.n_users) if rows is None else rows.long()
         self.n_total = data.n_users if n_total is None else n_total
         check_blocks(cfg, blocks, self.comm.world)
-        self.env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent, self.device)
+        self.env = env_of(data.coords, cfg, None, self.device)
         self.real, self.counts = expert_features_per_user(self.env, data.days_per_user)
         self.gap_real, self.gap_counts = real_pair_sample(self.real, self.counts, self.rows,
                                                           cfg.seed, cfg.gap_pairs)
@@ -368,6 +385,7 @@ class _Run:
         self.scheme = make_scheme(cfg)
         self.pilot = HistoryPilot(cfg.pilot_decay) if uses_history_pilot(cfg) else None
         self.start_probs: torch.Tensor | None = None
+        self.dest_prior: dict | None = None  # pretrain="markov": the released tables
         self.round = 0
         self.history: list[dict] = []
         self.stopped: str | None = None
@@ -381,7 +399,8 @@ class _Run:
                 "accountant": self.accountant.state_dict(), "start_probs": self.start_probs,
                 "generators": {k: g.get_state() for k, g in self.gens.items()},
                 "numpy_rng": self.rng.bit_generator.state, "stopped": self.stopped,
-                "pilot": None if self.pilot is None else self.pilot.state_dict()}
+                "pilot": None if self.pilot is None else self.pilot.state_dict(),
+                "dest_prior": self.dest_prior}
 
     def shard_state(self) -> dict:
         return {"round": self.round, "rows": self.rows, "critics": self.critics.state_dict(),
@@ -417,6 +436,8 @@ class _Run:
         self.stopped = sd["stopped"]
         if self.pilot is not None and sd.get("pilot") is not None:
             self.pilot = HistoryPilot.from_state_dict(sd["pilot"])
+        if sd.get("dest_prior") is not None:  # the Markov release is not made again
+            self.use_dest_prior(sd["dest_prior"])
 
     def load_shard(self, sd: dict) -> None:
         if sd["round"] != self.round or not torch.equal(sd["rows"], self.rows):
@@ -468,6 +489,55 @@ class _Run:
         self.start_probs = self._from_rank0(lambda: mech.release(
             mass, levels, gen=self.gens["noise"], spend=self.accountant.spend))
 
+    def use_dest_prior(self, prior: dict) -> None:
+        """Rebuild the environment with the released destination tables (post-processing)."""
+        self.dest_prior = {k: np.asarray(v) for k, v in prior.items()}
+        self.env = env_of(self.data.coords, self.cfg, self.dest_prior, self.device)
+
+    def setup_markov(self) -> None:
+        """pretrain="markov" (models/pretrain.py): plan (the Markov release and one round must
+        fit the target), sum this rank's users' normalised Markov statistics, all-reduce them,
+        release once on rank 0 (charged to this run's accountant) and broadcast the model;
+        then its start distribution and destination tables are the run's, and the policy is
+        behaviour-cloned on days sampled from it."""
+        cfg, coords = self.cfg, self.data.coords
+        check_one_round(cfg, self.n_total, coords)
+        cell_of = move_cells(coords, cfg.markov_cell_depth)
+        part = user_stats(self.data.days_per_user, cell_of, len(coords))
+        total = Stats(*(self.comm.all_reduce_sum(torch.as_tensor(getattr(part, f.name)))
+                        .cpu().numpy() for f in dataclasses.fields(Stats)))
+
+        def release() -> MarkovModel:
+            seed = int(torch.randint(2**62, (1,), generator=self.gens["noise"]))
+            return release_markov(total, coords, cell_of, markov_epsilon(cfg), cfg.delta, seed,
+                                  mechanism=cfg.markov_mechanism, accountant=cfg.accountant,
+                                  tau=cfg.markov_tau, smooth=cfg.markov_smooth,
+                                  spend=self.accountant.spend)
+
+        model = self._from_rank0(release)
+        self.start_probs = torch.as_tensor(model.start_probs, dtype=torch.float64)
+        self.use_dest_prior(dest_prior(model).to_dict())
+        self.clone_markov(model)
+
+    def clone_markov(self, model: MarkovModel) -> None:
+        """Behaviour cloning on `bc_days` days sampled from the released model, on rank 0 (its
+        seeds drawn from the `init` stream on every rank); the weights are broadcast."""
+        cfg = self.cfg
+        seeds = _seeds(self.gens["init"], 2)
+        if cfg.bc_epochs == 0:
+            return
+        state = None
+        if self.comm.rank == 0:
+            days = model.sample(cfg.bc_days, np.random.default_rng(seeds[0]))
+            losses = behaviour_clone(self.policy, self.env, days, cfg.bc_epochs,
+                                     cfg.ppo_minibatch, cfg.policy_lr, _gen(seeds[1]))
+            log.info("behaviour cloning on %d Markov days: loss %.4f -> %.4f", len(days),
+                     losses[0], losses[-1])
+            state = to_cpu(self.policy.state_dict())
+        state = self.comm.broadcast_object(state)
+        if self.comm.rank != 0:
+            self.policy.load_state_dict(state)
+
     def my_blocks(self) -> range:
         per = self.blocks // self.comm.world
         return range(self.comm.rank * per, (self.comm.rank + 1) * per)
@@ -507,8 +577,12 @@ class _Run:
 
     def setup(self) -> None:
         """What a fresh (not resumed) run does before round 1: plan and release the start
-        distribution, then pretrain the critics (`critic_pretrain_steps`)."""
-        self.setup_start_histogram()
+        distribution (or, under pretrain="markov", the Markov release and behaviour cloning),
+        then pretrain the critics (`critic_pretrain_steps`)."""
+        if self.cfg.pretrain == "markov":
+            self.setup_markov()
+        else:
+            self.setup_start_histogram()
         self.pretrain_critics()
 
     def one_round(self) -> dict:
@@ -602,7 +676,8 @@ class _Run:
                                     for k, v in self.policy.state_dict().items()},
                          self.env.n_locations, self.start_probs, self.accountant.summary(),
                          self.accountant.state_dict(), self.history, self.round, self.stopped,
-                         critic_shard(self)["critics"], list(self.data.user_ids))
+                         critic_shard(self)["critics"], list(self.data.user_ids),
+                         self.dest_prior)
 
 
 def train_loop(run: _Run, last: int, save=None, on_round=None,

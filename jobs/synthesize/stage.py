@@ -76,14 +76,16 @@ def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -
     """The pure kernel: partition p's days as (traj_no, slots of location ids)."""
     import torch
 
-    from models.env import MobilityEnv
+    from models.env import DestPrior, MobilityEnv
     from models.policy import PolicyNet
     from models.synthesis import synthesize
 
     torch.set_num_threads(1)
     art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
     meta = art["meta"]
-    env = MobilityEnv(np.asarray(meta["coords"]), art["k_nearest"], art["explore_exponent"])
+    # a run pre-trained on the Markov release drew its explore moves from its tilted weights
+    env = MobilityEnv(np.asarray(meta["coords"]), art["k_nearest"], art["explore_exponent"],
+                      dest_prior=DestPrior.of(art.get("dest_prior")))
     # a state with the destination head's weights restores the learned-destination policy
     policy = PolicyNet.from_state(art["n_locations"], art["loc_dim"], art["slot_dim"],
                                   art["hidden"], art["policy_state"])
