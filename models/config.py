@@ -110,6 +110,9 @@ class TrainConfig:
     markov_cell_depth: int = 5
     markov_tau: float = 2.0
     markov_smooth: int = 1
+    # how far the release's destination tables tilt the explore draws (models.env.DestPrior):
+    # 0 = the public distribution alone, 1 = the release's alone among the K nearest
+    markov_dest_weight: float = 0.99
     # bookkeeping
     checkpoint_every: int = 1
 
@@ -191,6 +194,8 @@ class TrainConfig:
             name = "markov_tau" if 1 <= self.markov_cell_depth <= 16 else "markov_cell_depth"
             raise bad(name, "must lie in [1, 16]" if name == "markov_cell_depth"
                       else "must be finite and >= 0")
+        if not 0 <= self.markov_dest_weight <= 1:
+            raise bad("markov_dest_weight", "must lie in [0, 1]")
         if self.pretrain == "markov":
             if self.privacy_model == "local":
                 raise bad("pretrain", "the Markov release is central (a trusted aggregator sums "

@@ -90,34 +90,33 @@ class DestContext:
 @dataclass(frozen=True)
 class DestPrior:
     """A released move-destination distribution (the DP Markov release's tables, private
-    pre-training): P(x | move from l) = cell_trans[cell_of[l], cell_of[x]] * within[x]."""
+    pre-training): P(x | move from l) = cell_trans[cell_of[l], cell_of[x]] * within[x].
+    `weight` in [0, 1]: how far it tilts the public explore weights (0: not at all)."""
 
     cell_of: np.ndarray  # (L,) public coarse cell of each location
     cell_trans: np.ndarray  # (G, G) P(destination cell | current cell)
     within: np.ndarray  # (L,) P(location | its cell)
+    weight: float
 
     def to_dict(self) -> dict[str, np.ndarray]:
-        return {"cell_of": self.cell_of, "cell_trans": self.cell_trans, "within": self.within}
+        return {"cell_of": self.cell_of, "cell_trans": self.cell_trans, "within": self.within,
+                "weight": np.float64(self.weight)}
 
     @classmethod
     def of(cls, d: dict | None) -> DestPrior | None:
         """From `to_dict`'s form (a checkpoint, policy.pt); None stays None."""
-        return None if d is None else cls(*(np.asarray(d[k]) for k in
-                                             ("cell_of", "cell_trans", "within")))
+        return None if d is None else cls(np.asarray(d["cell_of"]), np.asarray(d["cell_trans"]),
+                                          np.asarray(d["within"]), float(d["weight"]))
 
     def tilt(self, nearest: np.ndarray) -> np.ndarray:
-        """(L, K) factor of each explore candidate: (1 - PRIOR_FLOOR) times the candidate's
-        share of the released distribution among the K candidates, plus PRIOR_FLOOR / K, times
-        K (mean 1 over a row; a row with no released mass: all 1)."""
+        """(L, K) factor of each explore candidate: K times (weight times the candidate's share
+        of the released distribution among the K candidates, plus (1 - weight) / K): mean 1
+        over a row, all 1 at weight 0 or where the release put no mass on the row. A weight
+        below 1 keeps every candidate reachable where the noisy release left it at zero."""
         q = self.cell_trans[self.cell_of[:, None], self.cell_of[nearest]] * self.within[nearest]
         tot = q.sum(1, keepdims=True)
         share = np.where(tot > 0, q / np.where(tot > 0, tot, 1.0), 1.0 / q.shape[1])
-        return q.shape[1] * ((1 - PRIOR_FLOOR) * share + PRIOR_FLOOR / q.shape[1])
-
-
-# share of an explore draw's weight kept uniform over the candidates under a destination prior,
-# so a location the noisy release left at zero stays reachable (a utility choice)
-PRIOR_FLOOR = 0.01
+        return q.shape[1] * (self.weight * share + (1 - self.weight) / q.shape[1])
 
 
 class MobilityEnv:

@@ -55,8 +55,9 @@ def markov_events(cfg: TrainConfig, coords: np.ndarray) -> dp_accounting.DpEvent
     return markov_plan(cfg, coords).events()
 
 
-def dest_prior(model: MarkovModel) -> DestPrior:
-    return DestPrior(model.cell_of, model.cell_trans, model.within)
+def dest_prior(model: MarkovModel, weight: float) -> DestPrior:
+    """The release's destination tables, tilting the explore weights by `weight`."""
+    return DestPrior(model.cell_of, model.cell_trans, model.within, weight)
 
 
 def _bc_loss(policy: PolicyNet, env: MobilityEnv, obs: dict, acts: torch.Tensor,

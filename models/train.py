@@ -516,7 +516,7 @@ class _Run:
 
         model = self._from_rank0(release)
         self.start_probs = torch.as_tensor(model.start_probs, dtype=torch.float64)
-        self.use_dest_prior(dest_prior(model).to_dict())
+        self.use_dest_prior(dest_prior(model, cfg.markov_dest_weight).to_dict())
         self.clone_markov(model)
 
     def clone_markov(self, model: MarkovModel) -> None:

@@ -54,6 +54,7 @@ def _grid(m: float) -> float:
     ("bc_epochs", -1, "must be >= 0"),
     ("markov_mechanism", "exp", "must be one of"),
     ("markov_cell_depth", 0, "must lie in [1, 16]"),
+    ("markov_dest_weight", 1.5, "must lie in [0, 1]"),
 ])
 def test_config_names_the_bad_pretrain_field(field, value, words):
     with pytest.raises(ConfigError, match=rf"'{field}'.*{words}".replace("(", r"\(")
@@ -133,7 +134,7 @@ def test_behaviour_cloning_reaches_the_markov_models_own_statistics():
     model = fit_markov(data.days_per_user, data.coords, 50.0, DELTA, 0)
     # every location a candidate: a Markov move may go anywhere on the map
     cfg = tiny_config(pretrain="markov", target_epsilon=50.0, k_nearest=79)
-    env = env_of(data.coords, cfg, dest_prior(model).to_dict())
+    env = env_of(data.coords, cfg, dest_prior(model, cfg.markov_dest_weight).to_dict())
     ref = model.sample(1500, np.random.default_rng(1))
     start = torch.as_tensor(model.start_probs)
     torch.manual_seed(0)
@@ -154,7 +155,7 @@ def test_behaviour_cloning_reaches_the_markov_models_own_statistics():
 def test_the_destination_prior_tilts_explore_draws_toward_the_released_destinations():
     data = toy_data(n_users=20, n_loc=80, days=6, seed=3)
     model = fit_markov(data.days_per_user, data.coords, 50.0, DELTA, 0)
-    prior = dest_prior(model)
+    prior = dest_prior(model, 0.99)
     cfg = dataclasses.replace(tiny_config(), k_nearest=20)
     public, tilted = env_of(data.coords, cfg), env_of(data.coords, cfg, prior.to_dict())
     # rows: the public weights times a factor of mean 1 that follows the release
@@ -167,3 +168,6 @@ def test_the_destination_prior_tilts_explore_draws_toward_the_released_destinati
     # within a row the factor grows linearly with the candidate's released probability
     corr = [np.corrcoef(f.numpy()[r], q[r])[0, 1] for r in rows]
     assert min(corr) > 0.999
+    # weight 0: the public distribution unchanged
+    flat = env_of(data.coords, cfg, dest_prior(model, 0.0).to_dict())
+    assert torch.allclose(flat.explore_w, public.explore_w)
