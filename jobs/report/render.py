@@ -247,7 +247,9 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "days (the trivial generator). JSD in nats, lower is better; <code>_sd</code>: the "
         "spread over the study's seeds. Trusted zone: these models are not released; only "
         "<code>train.method</code> is.</p>",
-        table_html(synthesis, labels=labels) if not synthesis.empty
+        table_html(synthesis, labels={**labels, **LONGRANGE_LABELS,
+                                      "epsilon_spent": "epsilon spent"})
+        if not synthesis.empty
         else "<p>No synthesis study in this run (<code>study.synthesis_methods</code> is "
              "empty, or <code>trajpriv study</code> has not run).</p>",
         "</section>",
