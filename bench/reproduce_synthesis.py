@@ -39,7 +39,8 @@ Private pre-training (`--pretrain-markov SHARES`, models/pretrain.py): for each 
 the comma list, each learned row is run again with `pretrain: markov`: the DP Markov release
 takes that share of the epsilon (its start distribution replaces the start histogram and its
 destination tables tilt the explore draws), the policy is behaviour-cloned on `--bc-days` days
-sampled from it for `--bc-epochs` passes, and the rounds' noise is found by the same plan with
+sampled from it for `--bc-epochs` passes (`--markov-dest-weight`: how far its destination tables
+tilt the explore draws), and the rounds' noise is found by the same plan with
 the Markov release in it; the row is labelled "+ Markov pre-training (share s)".
 """
 
@@ -146,8 +147,9 @@ def main() -> None:
     ap.add_argument("--pretrain-markov", default="", help="markov_share list (see the doc)")
     ap.add_argument("--no-plain", action="store_true",
                     help="with --pretrain-markov: skip the rows without pre-training")
-    ap.add_argument("--bc-epochs", type=int, default=5)
+    ap.add_argument("--bc-epochs", type=int, default=1)
     ap.add_argument("--bc-days", type=int, default=2000)
+    ap.add_argument("--markov-dest-weight", type=float, default=0.5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -189,7 +191,8 @@ def main() -> None:
                                           for s in shares]:
             pre = ({} if share is None else
                    {"pretrain": "markov", "markov_share": share, "target_epsilon": e,
-                    "bc_epochs": args.bc_epochs, "bc_days": args.bc_days})
+                    "bc_epochs": args.bc_epochs, "bc_days": args.bc_days,
+                    "markov_dest_weight": args.markov_dest_weight})
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
                                scheme=scheme, critic_kind=None, mechanism=mech, beta=0.0,
                                start_hist_epsilon=args.start_share * e, delta=DELTA,

@@ -103,7 +103,7 @@ class TrainConfig:
     # Markov release and the rounds compose in one accountant (models/PROOF.md section 10)
     pretrain: str = "none"
     markov_share: float = 0.5
-    bc_epochs: int = 5
+    bc_epochs: int = 1
     bc_days: int = 2000
     # the Markov release's own settings (utility choices, models.markov.fit_markov)
     markov_mechanism: str = "gaussian"
@@ -112,7 +112,7 @@ class TrainConfig:
     markov_smooth: int = 1
     # how far the release's destination tables tilt the explore draws (models.env.DestPrior):
     # 0 = the public distribution alone, 1 = the release's alone among the K nearest
-    markov_dest_weight: float = 0.99
+    markov_dest_weight: float = 0.5
     # bookkeeping
     checkpoint_every: int = 1
 

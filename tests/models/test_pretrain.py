@@ -132,9 +132,10 @@ def _six(days_ref: np.ndarray, days: np.ndarray, coords: np.ndarray) -> float:
 def test_behaviour_cloning_reaches_the_markov_models_own_statistics():
     data = toy_data(n_users=20, n_loc=80, days=6, seed=3)
     model = fit_markov(data.days_per_user, data.coords, 50.0, DELTA, 0)
-    # every location a candidate: a Markov move may go anywhere on the map
+    # every location a candidate (a Markov move may go anywhere on the map), drawn from the
+    # release's destination distribution alone (weight 1): the Markov model's own dynamics
     cfg = tiny_config(pretrain="markov", target_epsilon=50.0, k_nearest=79)
-    env = env_of(data.coords, cfg, dest_prior(model, cfg.markov_dest_weight).to_dict())
+    env = env_of(data.coords, cfg, dest_prior(model, 1.0).to_dict())
     ref = model.sample(1500, np.random.default_rng(1))
     start = torch.as_tensor(model.start_probs)
     torch.manual_seed(0)
