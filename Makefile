@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG ?= conf/default.yaml
 
-.PHONY: run test envs venv browser postgres-deps postgres bench clean-data airflow-venv airflow-run dist
+.PHONY: run test envs venv browser postgres-deps postgres serve serve-stop bench clean-data airflow-venv airflow-run dist
 
 venv: $(STAMP)
 
@@ -68,6 +68,15 @@ PG_DIR ?= $(CURDIR)/.postgres
 PG_PORT ?= 5433
 postgres: $(STAMP) postgres-deps
 	$(VPY) -m jobs.spark.metastore_pg start --dir $(PG_DIR) --port $(PG_PORT)
+
+# The analysts' endpoints over the published zone (docs/operations/analysts.md): Spark's Thrift
+# JDBC/ODBC server on localhost:10000 and Spark Connect on localhost:15002 (serve.* settings);
+# `make serve-stop` stops them. Needs catalog.metastore: postgres in CONFIG.
+serve: $(STAMP)
+	$(VENV)/bin/trajpriv serve --config $(CONFIG)
+
+serve-stop: $(STAMP)
+	$(VENV)/bin/trajpriv serve --config $(CONFIG) --stop
 
 clean-data:
 	rm -rf data

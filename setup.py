@@ -13,5 +13,6 @@ setup(
     packages=[*find_packages(include=["jobs", "jobs.*", "udfs", "udfs.*", "models", "models.*"]),
               "jobs.conf"],
     package_dir={"jobs.conf": "conf"},
-    package_data={"jobs.conf": ["*.yaml"]},
+    # the endpoints' read-only guard, compiled by `trajpriv serve` where it runs
+    package_data={"jobs.conf": ["*.yaml"], "jobs.sql": ["java/*.java"]},
 )

@@ -148,15 +148,100 @@ def ensure_schema(url: str, user: str, password: str | None, jdbc_jar: Path) -> 
                         f"{' | '.join(tail)}; check catalog.postgres_url and that the server runs")
 
 
+# The analysts' role: row-level security shows it the published database and what hangs off
+# it, nothing else. Each entry is a metastore table and the rows the role may see; the
+# subqueries are themselves filtered for the role, so a raw table's storage, columns,
+# partitions and statistics stay hidden too. Stages connect as the metastore's owner, which row
+# security does not filter.
+_BY_TABLE = '"TBL_ID" IN (SELECT "TBL_ID" FROM "TBLS")'
+_BY_PARTITION = '"PART_ID" IN (SELECT "PART_ID" FROM "PARTITIONS")'
+_BY_STORAGE = '"SD_ID" IN (SELECT "SD_ID" FROM "SDS")'
+_ANALYST_ROWS = {
+    "DBS": '"NAME" IN ({databases})',
+    "DATABASE_PARAMS": '"DB_ID" IN (SELECT "DB_ID" FROM "DBS")',
+    "TBLS": '"DB_ID" IN (SELECT "DB_ID" FROM "DBS")',
+    **dict.fromkeys(("TABLE_PARAMS", "PARTITION_KEYS", "TAB_COL_STATS", "PARTITIONS",
+                     "TBL_PRIVS", "TBL_COL_PRIVS"), _BY_TABLE),
+    **dict.fromkeys(("PARTITION_KEY_VALS", "PARTITION_PARAMS", "PART_COL_STATS", "PART_PRIVS",
+                     "PART_COL_PRIVS"), _BY_PARTITION),
+    "SDS": '"SD_ID" IN (SELECT "SD_ID" FROM "TBLS" UNION SELECT "SD_ID" FROM "PARTITIONS")',
+    **dict.fromkeys(("SD_PARAMS", "BUCKETING_COLS", "SORT_COLS"), _BY_STORAGE),
+    "CDS": '"CD_ID" IN (SELECT "CD_ID" FROM "SDS")',
+    "COLUMNS_V2": '"CD_ID" IN (SELECT "CD_ID" FROM "SDS")',
+    "SERDES": '"SERDE_ID" IN (SELECT "SERDE_ID" FROM "SDS")',
+    "SERDE_PARAMS": '"SERDE_ID" IN (SELECT "SERDE_ID" FROM "SDS")',
+}
+POLICY = "trajpriv_published_only"
+
+
+def analyst_sql(role: str, database: str, password: str | None = None) -> str:
+    """The SQL (run as the metastore's owner) that makes `role` a login that reads the
+    metastore of `database`, cannot change it, and sees only the published databases."""
+    from jobs.spark.tables import PUBLISHED_DATABASES
+
+    if not role.isidentifier():
+        raise ValueError(f"analyst role {role!r}: use letters, digits and _")
+    databases = ", ".join(f"'{db}'" for db in ("default", *PUBLISHED_DATABASES))
+    secret = "NULL" if password is None else "'" + password.replace("'", "''") + "'"
+    lines = [
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN "
+        f"CREATE ROLE {role} LOGIN; END IF; END $$;",
+        f"ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {secret};",
+        f'GRANT CONNECT ON DATABASE "{database}" TO {role};',
+        f"GRANT USAGE ON SCHEMA public TO {role};",
+        f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role};",
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role};",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};",
+    ]
+    for table, rows in _ANALYST_ROWS.items():
+        lines += [f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY;',
+                  f'DROP POLICY IF EXISTS {POLICY} ON "{table}";',
+                  f'CREATE POLICY {POLICY} ON "{table}" FOR SELECT TO {role} '
+                  f"USING ({rows.format(databases=databases)});"]
+    return "\n".join(lines) + "\n"
+
+
+def grant_analyst(url: str, owner: str, owner_password: str | None, role: str,
+                  role_password: str | None = None) -> None:
+    """Create the metastore's schema if needed, then run `analyst_sql` through psql as `owner`."""
+    import re
+
+    match = re.fullmatch(r"jdbc:postgresql://([^:/]+)(?::(\d+))?/([^?]+)(?:\?.*)?", url)
+    if match is None:
+        raise PostgresUnavailable(f"cannot read host, port and database from {url}")
+    host, port, database = match.group(1), match.group(2) or "5432", match.group(3)
+    env = dict(os.environ)
+    if owner_password is not None:
+        env["PGPASSWORD"] = owner_password
+    psql = [binary("psql"), "-h", host, "-p", port, "-U", owner, "-d", database, "-v",
+            "ON_ERROR_STOP=1", "-q"]
+    found = subprocess.run([*psql, "-tAc", """SELECT to_regclass('public."DBS"')"""],
+                           check=True, capture_output=True, text=True, env=env)
+    if not found.stdout.strip():  # no stage has opened this metastore yet
+        ensure_schema(url, owner, owner_password, JDBC_JAR)
+    subprocess.run(psql, input=analyst_sql(role, database, role_password), check=True,
+                   capture_output=True, text=True, env=env)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jobs.spark.metastore_pg")
-    ap.add_argument("action", choices=["start", "stop"])
+    ap.add_argument("action", choices=["start", "stop", "analyst"])
     ap.add_argument("--dir", type=Path, default=Path(".postgres"))
     ap.add_argument("--port", type=int, default=5433)
+    ap.add_argument("--url", default=None, help="analyst: the metastore's JDBC URL")
+    ap.add_argument("--user", default="postgres", help="analyst: the metastore's owner")
+    ap.add_argument("--role", default="trajpriv_analyst", help="analyst: the role to create")
+    ap.add_argument("--password-env", default=None,
+                    help="analyst: environment variable holding the role's password")
     args = ap.parse_args(argv)
     try:
         if args.action == "start":
             print(start(args.dir, args.port))
+        elif args.action == "analyst":
+            url = args.url or jdbc_url(args.port)
+            password = os.environ.get(args.password_env) if args.password_env else None
+            grant_analyst(url, args.user, os.environ.get("PGPASSWORD"), args.role, password)
+            print(f"role {args.role} reads the published databases of {url} only")
         else:
             stop(args.dir)
     except (PostgresUnavailable, subprocess.CalledProcessError) as exc:

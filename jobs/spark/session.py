@@ -85,10 +85,11 @@ def catalog_conf(cfg: Config) -> dict[str, str]:
     }
 
 
-def postgres_conf(cfg: Config) -> dict[str, str]:
+def postgres_conf(cfg: Config, analyst: bool = False) -> dict[str, str]:
     """The Hive metastore in PostgreSQL (`catalog.metastore: postgres`): tables created by
     DataNucleus on first use; the JDBC driver on the driver's class path (Spark shares the
-    `org.postgresql` classes with its Hive client)."""
+    `org.postgresql` classes with its Hive client). `analyst`: as `catalog.analyst_user`, the
+    role that reads the published databases only and changes nothing (`analyst_conf`)."""
     cat = cfg.catalog
     if not cat.jdbc_jar.exists():
         raise RootError(f"catalog.metastore=postgres needs the PostgreSQL JDBC driver at "
@@ -99,17 +100,32 @@ def postgres_conf(cfg: Config) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(cfg.storage.warehouse),
         "spark.hadoop.javax.jdo.option.ConnectionURL": cat.postgres_url,
         "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
-        "spark.hadoop.javax.jdo.option.ConnectionUserName": cat.postgres_user,
+        "spark.hadoop.javax.jdo.option.ConnectionUserName": (
+            cat.analyst_user if analyst else cat.postgres_user),
         # the schema is created before the first session (ensure_postgres_schema); a table
         # Hive still finds missing is created on use
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         "spark.driver.extraClassPath": str(cat.jdbc_jar),
     }
-    password = postgres_password(cfg)
+    password = postgres_password(cfg, analyst)
     if password is not None:
         conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] = password
     return conf
+
+
+def analyst_conf(cfg: Config) -> dict[str, str]:
+    """The catalog settings of an analysts' session (the endpoints of `trajpriv serve`): the
+    PostgreSQL metastore as `catalog.analyst_user`, so raw and trusted tables are not in its
+    catalog at all and it cannot change the metastore; no tables created on use (the role may
+    not); SQL on file paths off. Reading files is then left to the OS: the endpoints run as an
+    account of `publish.group`, which the raw and trusted folders do not admit."""
+    if cfg.catalog.metastore != "postgres":
+        raise RootError("the analysts' endpoints need catalog.metastore=postgres: the embedded "
+                        "Derby metastore admits one process (use `trajpriv sql` there)")
+    return {**postgres_conf(cfg, analyst=True),
+            "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
+            "spark.sql.runSQLOnFiles": "false"}
 
 
 def ensure_postgres_schema(root: Path, cfg: Config) -> None:
@@ -137,15 +153,18 @@ def _recorded_url(record: Path) -> str | None:
         return None
 
 
-def postgres_password(cfg: Config) -> str | None:
-    """The metastore password from the environment variable the config names (never from the
-    config itself); RootError when it names one that is not set."""
-    name = cfg.catalog.postgres_password_env
+def postgres_password(cfg: Config, analyst: bool = False) -> str | None:
+    """The metastore password (the analysts' role's with `analyst`) from the environment
+    variable the config names (never from the config itself); RootError when it names one that
+    is not set."""
+    cat = cfg.catalog
+    name = cat.analyst_password_env if analyst else cat.postgres_password_env
     if not name:
         return None
     password = os.environ.get(name)
     if password is None:
-        raise RootError(f"catalog.postgres_password_env names {name}, which is not set in this "
+        key = "analyst_password_env" if analyst else "postgres_password_env"
+        raise RootError(f"catalog.{key} names {name}, which is not set in this "
                         "environment: export it and rerun")
     return password
 
@@ -163,6 +182,7 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     root = cfg.storage.root.resolve()
     if readonly:
         require_existing_root(root)
+        check_owner(root)
     check_root(root, cfg.storage.min_free_mb)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(root, 0o700)  # the data root holds raw data and keys: its owner's only
@@ -170,7 +190,8 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     writer = not (readonly and shared)
     if writer:
         acquire_root(root, evict_sql_server=not serving)
-        harden_tree(root)
+        _published_group[root] = cfg.publish.group
+        harden_tree(root, cfg.publish.group)
     if not shared:
         check_metastore_free(cfg.storage.metastore, cfg.storage.metastore_wait_s)  # 1 JVM
         relocate_catalog(root, cfg.storage.metastore, RAW_DB)  # a copied or moved root
@@ -376,27 +397,92 @@ def stop_spark(spark: SparkSession | None) -> None:
     if spark is not None:
         spark.stop()
     for root in list(_held_locks):
-        harden_tree(root)
+        harden_tree(root, _published_group.get(root))
 
 
-def harden_tree(root: Path) -> int:
-    """Take group and other bits off everything under `root`; returns how many it changed.
+#: The `publish.group` of each root this process writes (its published zone opened to it).
+_published_group: dict[Path, str | None] = {}
+
+
+def check_owner(root: Path) -> None:
+    """RootError unless this account owns `root`: a Spark session opens the whole catalog and
+    its files, which are the owner's alone; another account (an analyst) reads the published
+    zone through the endpoints of `trajpriv serve`."""
+    owner = root.stat().st_uid
+    if owner != os.geteuid():
+        raise RootError(f"storage.root {root} belongs to uid {owner}, not this account (uid "
+                        f"{os.geteuid()}): its raw and trusted zones are its owner's only; "
+                        "analysts query the published zone through `trajpriv serve` (JDBC/ODBC, "
+                        "Spark Connect, or `trajpriv sql` while it runs)")
+
+
+def harden_tree(root: Path, group: str | None = None) -> int:
+    """Take group and other bits off everything under `root`, except, with a `group`
+    (`publish.group`), the published zone: its folders 0750 and files 0640 of that group, and
+    the root and warehouse folders 0710 so the group can pass through to it (not list them).
+    Returns how many paths it changed.
 
     Why, beside the umask: under `spark-submit` the JVM is the parent process and keeps the
     submitting shell's umask (Derby's metastore files, derby.log), so files it creates can be
-    0644 until a trajpriv process tightens them. Runs at every session start and stop.
+    0644 until a trajpriv process tightens them; and Spark writes the published zone's new files
+    0600 too. Runs at every session start and stop.
     """
+    from jobs.spark.tables import PUBLISHED_DATABASES
+
+    gid = _group_id(group) if group else None
+    shared = ({root / "warehouse" / f"{db}.db" for db in PUBLISHED_DATABASES}
+              if gid is not None else set())
+    passage = {root, root / "warehouse"} if gid is not None else set()
     changed = 0
     for folder, _dirs, files in os.walk(root):
-        for path in [folder, *(os.path.join(folder, f) for f in files)]:
-            try:
-                st = os.lstat(path)
-                if st.st_mode & 0o077 and not os.path.islink(path):
-                    os.chmod(path, st.st_mode & 0o7700)
-                    changed += 1
-            except OSError:  # vanished meanwhile (a task's temporary file)
-                continue
+        here = Path(folder)
+        if here in shared or shared & set(here.parents):
+            changed += _share(here, files, gid)
+            continue
+        if here in passage:  # the group may enter it, not list what else it holds
+            changed += _chmod(folder, 0o7700, 0o010, gid)
+        else:
+            changed += _chmod(folder, 0o7700, 0)
+        for name in files:
+            changed += _chmod(os.path.join(folder, name), 0o7700, 0)
     return changed
+
+
+def _group_id(group: str) -> int:
+    import grp
+
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise RootError(f"publish.group {group!r} is not a group of this system: create it "
+                        f"(groupadd {group}) or unset publish.group") from None
+
+
+def _share(folder: Path, files: list[str], gid: int) -> int:
+    """The published folder `folder` 0750 and its files 0640, of group `gid`."""
+    changed = _chmod(str(folder), 0o7700, 0o050, gid)
+    for name in files:
+        changed += _chmod(str(folder / name), 0o7700, 0o040, gid)
+    return changed
+
+
+def _chmod(path: str, keep: int, add: int, gid: int | None = None) -> int:
+    """`path`'s mode to (mode & keep) | add (and its group to `gid`); 1 if it changed."""
+    try:
+        st = os.lstat(path)
+        if os.path.islink(path):
+            return 0
+        mode = (st.st_mode & keep) | add
+        changed = 0
+        if gid is not None and st.st_gid != gid:
+            os.chown(path, -1, gid)
+            changed = 1
+        if st.st_mode & 0o7777 != mode:
+            os.chmod(path, mode)
+            changed = 1
+        return changed
+    except OSError:  # vanished meanwhile (a task's temporary file)
+        return 0
 
 
 def project_root() -> Path:

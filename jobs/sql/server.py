@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         root = cfg.storage.root.resolve()
         from jobs.spark.relocation import require_existing_root
-        from jobs.spark.session import check_root
+        from jobs.spark.session import check_owner, check_root
 
         require_existing_root(root)
+        check_owner(root)
         check_root(root, cfg.storage.min_free_mb)
     except Exception as exc:  # the config or the root: the client prints this one line
         say(f"ERROR {exc}")
