@@ -296,3 +296,43 @@ def test_markov_run_synthesizes_days_over_its_locations(spark, markov_run):
     slots = np.stack(pdf.slots.to_numpy())
     assert slots.shape == (10, 48)
     assert set(np.unique(slots)) <= set(range(LOC_OFFSET, LOC_OFFSET + 60))
+
+
+# --- train.pretrain: markov through the stage (models/pretrain.py) ------------------------------
+
+@pytest.fixture(scope="module")
+def pretrained_run(spark, spark_config, toy_tables):
+    cfg = _cfg(spark_config, "train.method=pategail++", "train.mechanism=gaussian",
+               "train.beta=0", "train.pretrain=markov", "train.markov_share=0.5",
+               "train.bc_epochs=1", "train.bc_days=50", "train.rounds=2",
+               "train.target_epsilon=8", "train.noise_for_target=true")
+    figures = harness.execute("train", train_stage.run, cfg, _args(), spark, "train-toy-pre")
+    return cfg, figures
+
+
+def test_pretrained_run_spends_its_plan_and_the_ledger_says_so(spark, pretrained_run,
+                                                              spark_config):
+    """The Markov release and the rounds in one plan: the calibrated noise makes the plan
+    (models.budget.planned_epsilon, Markov release included) reach the target, the run spends
+    exactly that plan, and each trained user is charged the target `planned`, then the spent
+    epsilon: one release id, one charge per user and state."""
+    import dataclasses
+
+    from jobs.spark.split import load_locations
+    from models.budget import planned_epsilon
+
+    cfg, figures = pretrained_run
+    assert figures["rounds_done"] == 2
+    assert not any("planned rounds" in w for w in figures["warnings"])
+    mc = dataclasses.replace(train_stage.model_config(cfg, 0), noise=figures["noise"])
+    _, coords = load_locations(spark, DATASET)
+    plan = planned_epsilon(mc, figures["users"], coords, 2)
+    assert 7.9 < plan <= 8.0
+    assert figures["epsilon"] == pytest.approx(plan, rel=1e-6)
+    ledger = spark.table("trajpriv_raw.privacy_ledger").where(
+        "run_id = 'train-toy-pre'").toPandas()
+    assert set(ledger.release_id) == {"train-toy-pre"}
+    assert ledger.groupby(["user_id", "state"]).size().eq(1).all()
+    assert np.allclose(ledger[ledger.state == "planned"].epsilon, 8.0)
+    assert np.allclose(ledger[ledger.state == "spent"].epsilon, figures["epsilon"])
+    assert len(ledger[ledger.state == "spent"]) == figures["users"]
