@@ -36,7 +36,7 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
     "jobs.ingest.readers.slots48:parse_slots": (5, 62),
     "jobs.ingest.shaping:cut_trajectories": (6, 69),
     "jobs.ingest.stage:write_tables": (5, 63),
-    "jobs.report.render:render_report": (2, 142),
+    "jobs.report.render:render_report": (2, 145),
     "jobs.spark.catalog:record_run": (8, 25),
     "jobs.spark.per_user:per_user": (9, 18),
     "jobs.spark.per_user:per_user_local": (8, 25),
