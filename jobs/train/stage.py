@@ -219,6 +219,16 @@ def remove_stale_staging(folder: Path) -> list[str]:
     return [p.name for p in stale]
 
 
+def run_folders(cfg: Config, out_dir: Path, run_id: str) -> Path:
+    """The run folder (mode 0700: artefacts and trusted figures) made, the shards a killed run
+    left removed; returns this run's staging folder for the training shards."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(out_dir, 0o700)
+    staging = cfg.storage.root.resolve() / "staging" / f"train-{run_id}"
+    remove_stale_staging(staging.parent)
+    return staging
+
+
 def rank_errors(out_dir: Path, world: int) -> str:
     """The ranks' error files, led by the ranks that left none (killed hard: their peers then
     fail on a closed connection or are stopped by torchrun, and that second-hand error must not
@@ -253,10 +263,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     ckpt_dir = cfg.storage.runs_dir / (resume_from or ctx.run_id) / "checkpoint"
     if resume_from and not (ckpt_dir / "LATEST.json").exists():
         raise ConfigError(f"--resume {resume_from}: no checkpoint at {ckpt_dir}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(out_dir, 0o700)
-    staging = cfg.storage.root.resolve() / "staging" / f"train-{ctx.run_id}"
-    remove_stale_staging(staging.parent)
+    staging = run_folders(cfg, out_dir, ctx.run_id)
     t0 = time.perf_counter()
     try:
         split = write_split(spark, cfg)
@@ -359,10 +366,7 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
         raise ConfigError("--resume continues a learned run's rounds; a markov run is one "
                           "release: run it again instead")
     out_dir = cfg.storage.runs_dir / ctx.run_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(out_dir, 0o700)
-    staging = cfg.storage.root.resolve() / "staging" / f"train-{ctx.run_id}"
-    remove_stale_staging(staging.parent)
+    staging = run_folders(cfg, out_dir, ctx.run_id)
     t0 = time.perf_counter()
     try:
         split = write_split(spark, cfg)
