@@ -171,6 +171,11 @@ def main() -> None:
     rows: list[dict] = [{"method": floor, "epsilon": "",
                          **{c: (v, 0.0) for c, v in reference.items()}}]
     rows.append({"method": "uniform random", "epsilon": "", **summarise(uni, COLUMNS)})
+
+    def save() -> None:
+        """Write the rows so far: a run stopped midway keeps the rows it finished."""
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=2))
     freq = [scores(test, env_freq_days(env, real, n, s), data.coords, mode) for s in seeds]
     rows.append({"method": "env + real action freq (not private)", "epsilon": "",
                  **summarise(freq, COLUMNS)})
@@ -183,6 +188,7 @@ def main() -> None:
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
                      **summarise(runs, (*COLUMNS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
+        save()
         shares = ([] if args.no_plain else [None]) + [
             float(x) for x in args.pretrain_markov.split(",") if x]
         for scheme, mech, dest, share in [(c, m, d, s) for c in args.schemes.split(",") if c
@@ -216,6 +222,7 @@ def main() -> None:
             rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*COLUMNS, "spent",
                                                                      "rounds")), "runs": runs})
+            save()
 
     def cell(v, fmt=".4f"):
         return "-" if v is None else f"{v[0]:{fmt}}+-{v[1]:{fmt}}"
@@ -235,8 +242,7 @@ def main() -> None:
               + " ".join(f"{cell(r[c]):>15s}" for c in LONGRANGE_METRICS))
     print(f"\n{args.rounds} rounds, seeds {seeds}, delta {DELTA:g}; "
           f"total {time.perf_counter() - t_all:.0f} s")
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2))
+    save()
 
 
 if __name__ == "__main__":
