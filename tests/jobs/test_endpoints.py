@@ -1,0 +1,338 @@
+"""The analysts' endpoints of `trajpriv serve` and the two principals (service user, analyst).
+
+One PostgreSQL metastore, one data root (a published table and view, a raw and a trusted table)
+and one endpoint driver for the whole module. As root, the module works as an operator would:
+it creates an analyst OS account and group (`publish.group`), gives the metastore's owner role
+a password (only the analysts' role may log in without one), and runs `trajpriv serve` as the
+analyst; elsewhere the endpoints run as this user and the two-principal test skips, saying why.
+Each client (beeline, impyla's DB-API, Spark Connect, `trajpriv sql`) reads a published table
+and is refused a raw one; the analyst account reads every published table and view and no raw
+or trusted row by any path.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import grp
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from jobs.config import load_config
+from jobs.spark import metastore_pg
+from jobs.sql import client, endpoint
+from tests.conftest import JVM_OPTS
+from tests.reliability.test_postgres_metastore import (
+    _free_ports,
+    _needs_postgres,
+    _server_folder,
+    start_on_a_free_port,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
+ANALYST, GROUP = "trajpriv_t_analyst", "trajpriv_t_analysts"
+OWNER_PASSWORD = "owner-only-secret"
+PUBLISHED = {"trajpriv_pub.locations": 3, "trajpriv_pub.location_names": 3}
+RAW = "trajpriv_raw.t_points"
+TRUSTED = "trajpriv_trusted.t_figures"
+BUILD = """
+import sys
+from jobs.config import load_config
+from jobs.spark.session import get_spark, stop_spark
+from jobs.spark.catalog import write_table
+from jobs.spark.tables import LOCATIONS
+cfg = load_config(None, sys.argv[1:])
+spark = get_spark(cfg)
+df = spark.createDataFrame([(1, 31.0, 121.0, "a"), (2, 31.5, 121.5, "a"), (3, 30.0, 120.0, "b")],
+                           "loc_id int, lat double, lon double, dataset string")
+write_table(df, LOCATIONS)
+spark.sql("CREATE OR REPLACE VIEW trajpriv_pub.location_names AS "
+          "SELECT loc_id, dataset FROM trajpriv_pub.locations")
+write_table(spark.createDataFrame([("u1", "secret", "a")], "user_id string, note string, "
+            "dataset string"), "RAW", partition_by=["dataset"])
+write_table(spark.createDataFrame([(1.5, "a")], "value double, dataset string"), "TRUSTED",
+            partition_by=["dataset"])
+stop_spark(spark)
+""".replace('"RAW"', repr(RAW)).replace('"TRUSTED"', repr(TRUSTED))
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0 and shutil.which("runuser") is not None
+
+
+def _analyst_account() -> None:
+    """The analyst OS user and its group, created once (left for the next run: harmless)."""
+    try:
+        grp.getgrnam(GROUP)
+    except KeyError:
+        subprocess.run(["groupadd", GROUP], check=True)
+    try:
+        pwd.getpwnam(ANALYST)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-s", "/usr/sbin/nologin", ANALYST],
+                       check=True)
+
+
+#: The system's Python of the venv's version: the venv's own interpreter may live in the
+#: owner's home (pyenv under /root, 0700), which another account cannot enter.
+SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def _analyst_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("XDG_", "TRAJPRIV_")) and k not in CONNECT_ENV}
+    # the analyst's Python finds the venv's packages and the project; the suite's class-data
+    # archive is the owner's file, so the analyst's JVMs go without it
+    path = os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])
+    return {**env, "HOME": str(home), "PYTHONPATH": path, "SPARK_SUBMIT_OPTS": JVM_OPTS}
+
+
+@functools.cache
+def _analyst_python(home: Path) -> str | None:
+    """An interpreter the analyst can run with the venv's packages, or None."""
+    for python in (sys.executable, str(SYSTEM_PYTHON)):
+        out = subprocess.run(["runuser", "-u", ANALYST, "--", python, "-c",
+                              "import pyspark, impala, jobs.cli"], cwd=home,
+                             env=_analyst_env(home), capture_output=True, timeout=120)
+        if out.returncode == 0:
+            return python
+    return None
+
+
+def _run(args: list[str], as_analyst: bool, home: Path) -> subprocess.CompletedProcess:
+    """`python *args` as this user, or as the analyst (`runuser`) with its own environment."""
+    if as_analyst:
+        cmd = ["runuser", "-u", ANALYST, "--", _analyst_python(home) or sys.executable, *args]
+        env = _analyst_env(home)
+    else:
+        cmd, env = [sys.executable, *args], {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, cwd=home if as_analyst else ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _lock_owner_role(folder: Path, url: str) -> None:
+    """The metastore's owner role needs a password from now on; the analysts' role logs in
+    without one (pg_hba), as an operator sets it up."""
+    port = url.split(":")[3].split("/")[0]
+    subprocess.run([metastore_pg.binary("psql"), "-h", "127.0.0.1", "-p", port, "-U", "postgres",
+                    "-c", f"ALTER ROLE postgres PASSWORD '{OWNER_PASSWORD}'"], check=True,
+                   capture_output=True)
+    hba = folder / "data" / "pg_hba.conf"
+    hba.write_text("local all all trust\n"
+                   "host all trajpriv_analyst 127.0.0.1/32 trust\n"
+                   "host all all 127.0.0.1/32 scram-sha-256\n")
+    subprocess.run(metastore_pg._as_server_user([metastore_pg.binary("pg_ctl"), "-D",
+                                                 str(folder / "data"), "reload"]),
+                   check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """(settings, their --set list, the analyst's home or None, why there is no analyst) with
+    the endpoints running until the module ends."""
+    _needs_postgres()
+    base = Path(tempfile.mkdtemp(prefix="trajpriv-endpoints-", dir="/tmp"))
+    os.chmod(base, 0o711)  # the analyst may pass through to the root, nothing more
+    home = base / "analyst-home"
+    two = _as_root()
+    why_not = "not root (or no runuser): cannot create the analyst OS account"
+    with _server_folder() as pg:
+        url = start_on_a_free_port(pg, _free_ports())
+        ports = _free_ports()
+        sets = [f"storage.root={base / 'data'}", "spark.master=local[2]",
+                "spark.conf.spark.sql.shuffle.partitions=1", "spark.conf.spark.driver.memory=1g",
+                "catalog.metastore=postgres", f"catalog.postgres_url={url}",
+                f"serve.port={next(ports)}", f"serve.connect_port={next(ports)}"]
+        if two:
+            _analyst_account()
+            sets.append(f"publish.group={GROUP}")
+            home.mkdir(mode=0o700)
+            shutil.chown(home, ANALYST, GROUP)
+            if _analyst_python(home) is None:
+                two = False  # the endpoints then run as this user; the OS test skips, saying why
+                why_not = (f"the analyst account cannot run {sys.executable} nor "
+                           f"{SYSTEM_PYTHON} with the venv's packages")
+                sets.remove(f"publish.group={GROUP}")
+        subprocess.run([sys.executable, "-c", BUILD, *sets], cwd=ROOT, check=True, timeout=600)
+        metastore_pg.grant_analyst(url, "postgres", None, "trajpriv_analyst")
+        _lock_owner_role(pg, url)
+        serve = ["-m", "jobs.cli", "serve", *(f"--set={s}" for s in sets)]
+        out = _run(serve, two, home if two else ROOT)
+        try:
+            assert out.returncode == 0, out.stderr[-3000:]
+            yield load_config(None, sets), sets, (home if two else None), why_not
+        finally:
+            stopped = _run([*serve, "--stop"], two, home if two else ROOT)
+            assert stopped.returncode == 0, stopped.stderr
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def test_beeline_reads_published_tables_and_is_refused_raw_ones(served, tmp_path):
+    """One beeline run (one JVM) of a script: the published query answers, the raw one fails
+    and beeline stops there with a non-zero exit."""
+    cfg, *_ = served
+    script = tmp_path / "two.sql"
+    script.write_text("SELECT dataset, count(*) AS n FROM trajpriv_pub.locations GROUP BY "
+                      f"dataset ORDER BY dataset;\nSELECT * FROM {RAW};\n")
+    out = subprocess.run([str(endpoint.spark_home() / "bin" / "beeline"), "-u",
+                          endpoint.jdbc_url(cfg), "-n", "analyst", "--silent=true",
+                          "--outputformat=csv2", "-f", str(script)],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "SPARK_HOME": str(endpoint.spark_home())})
+    assert "dataset,n\na,2\nb,1\n" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert out.returncode != 0 and "TABLE_OR_VIEW_NOT_FOUND" in out.stdout + out.stderr
+    assert "secret" not in out.stdout
+
+
+# impyla's Thrift transport leaves a refused query's socket to the garbage collector
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_dbapi_client_reads_published_and_changes_nothing(served):
+    from impala.dbapi import connect
+
+    cfg, *_ = served
+    conn = connect(host=cfg.serve.host, port=cfg.serve.port, auth_mechanism="PLAIN",
+                   user="analyst", database="trajpriv_pub")
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT loc_id, dataset FROM trajpriv_pub.location_names ORDER BY loc_id")
+        assert cur.fetchall() == [(1, "a"), (2, "a"), (3, "b")]
+        refusals = {f"SELECT * FROM {RAW}": "TABLE_OR_VIEW_NOT_FOUND",
+                    f"SELECT * FROM {TRUSTED}": "TABLE_OR_VIEW_NOT_FOUND",
+                    "INSERT INTO trajpriv_pub.locations VALUES (9, 1.0, 1.0, 'a')":
+                        "the endpoints are read-only",
+                    "CREATE TABLE trajpriv_pub.mine AS SELECT 1 AS a": "read-only",
+                    # the analysts' account may not list the warehouse; as the owner, the guard
+                    "SELECT * FROM parquet.`" + str(cfg.storage.warehouse) + "`":
+                        "Permission denied|refused: it reads files directly"}
+        cur.execute("SET spark.sql.runSQLOnFiles=true")  # a client may set it: the guard holds
+        for query, why in refusals.items():
+            with pytest.raises(Exception, match=why):
+                cur.execute(query)
+        cur.execute("SELECT count(*) FROM trajpriv_pub.locations")
+        assert cur.fetchall() == [(3,)]
+    finally:
+        conn.close()
+        gc.collect()  # here, under this test's filter, not in a later test
+
+
+#: What pyspark's `remote()` leaves in os.environ: it would make every later local session of
+#: this test process (and its subprocesses) ask for a Connect URL.
+CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+def test_spark_connect_reads_published_and_no_file(served):
+    from pyspark.sql import SparkSession
+
+    cfg, *_ = served
+    before = {k: os.environ.get(k) for k in CONNECT_ENV}
+    spark = SparkSession.builder.remote(endpoint.connect_url(cfg)).getOrCreate()
+    try:
+        rows = spark.table("trajpriv_pub.locations").orderBy("loc_id").collect()
+        assert [r.loc_id for r in rows] == [1, 2, 3]
+        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+            spark.table(RAW).collect()
+        raw_path = cfg.storage.warehouse / "trajpriv_raw.db" / RAW.split(".")[1]
+        # the analysts' account cannot even see the path; as the owner, the guard refuses it
+        with pytest.raises(Exception, match="PATH_NOT_FOUND|refused: it reads files directly"):
+            spark.read.parquet(str(raw_path)).collect()
+    finally:
+        spark.stop()
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_trajpriv_sql_is_a_client_of_the_running_endpoints(served):
+    """One zone rule: where the endpoints run, `trajpriv sql` asks them (no session of its own,
+    no warm server) and its plan check still refuses a raw table."""
+    cfg, sets, *_ = served
+    cmd = [sys.executable, "-m", "jobs.cli", "sql", "--format", "json",
+           *(f"--set={s}" for s in sets)]
+    out = subprocess.run([*cmd, "SELECT count(*) AS n FROM trajpriv_pub.location_names"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and json.loads(out.stdout) == [{"n": 3}], out.stderr
+    assert client.request(cfg.storage.root.resolve(), {"op": "ping"}) is None
+    out = subprocess.run([*cmd, f"SELECT * FROM {RAW}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 2 and "refused:" in out.stderr and out.stdout == ""
+
+
+ANALYST_SESSION = """
+import json, sys
+from pyspark.sql import SparkSession
+from jobs.config import load_config
+from jobs.spark.session import catalog_conf
+cfg = load_config(None, sys.argv[1:])
+builder = SparkSession.builder.master("local[1]").enableHiveSupport()
+for key, value in catalog_conf(cfg).items():  # the README's settings, as the analyst has them
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+out = {}
+def attempt(name, read):
+    try:
+        out[name] = "ROWS " + repr(read())
+    except Exception as exc:  # its message and the JVM's root cause
+        causes = [ln for ln in str(getattr(exc, "_stackTrace", "")).splitlines()
+                  if ln.startswith("Caused by")]
+        out[name] = "ERROR " + " ".join(str(exc).split())[:300] + " | " + " | ".join(causes[-1:])
+wh = cfg.storage.warehouse
+attempt("own session, raw table", lambda: spark.table("RAW").collect())
+attempt("raw parquet", lambda: spark.read.parquet(str(wh / "trajpriv_raw.db")).collect())
+attempt("trusted parquet", lambda: spark.read.parquet(str(wh / "trajpriv_trusted.db")).collect())
+attempt("published parquet", lambda: spark.read.parquet(str(wh / "trajpriv_pub.db" /
+                                                            "locations")).count())
+print("RESULT " + json.dumps(out))
+""".replace('"RAW"', repr(RAW))
+
+
+def test_an_analyst_account_reads_the_published_zone_and_no_raw_row(served):
+    cfg, sets, home, why_not = served
+    if home is None:
+        pytest.skip(why_not)
+    root = cfg.storage.root.resolve()
+    pub = cfg.storage.warehouse / "trajpriv_pub.db" / "locations"
+    for path in [root, *(p for p in root.rglob("*") if not p.is_symlink())]:
+        mode = path.stat().st_mode & 0o777
+        if path in (root, cfg.storage.warehouse):
+            assert mode == 0o710, f"{path} is {oct(mode)}"  # passed through, not listed
+        elif pub in (path, *path.parents) or path == pub.parent:
+            assert mode in (0o750, 0o640), f"{path} is {oct(mode)}"
+            assert path.stat().st_gid == grp.getgrnam(GROUP).gr_gid, path
+        else:
+            assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
+    # every published table and view through the endpoints, as the analyst
+    reads = ("from pyspark.sql import SparkSession; import sys; s = SparkSession.builder.remote("
+             "sys.argv[1]).getOrCreate(); print([s.table(t).count() for t in sys.argv[2:]])")
+    out = _run(["-c", reads, endpoint.connect_url(cfg), *PUBLISHED], True, home)
+    assert out.returncode == 0 and out.stdout.strip() == str(list(PUBLISHED.values())), \
+        out.stderr[-2000:]
+    for table in (RAW, TRUSTED):
+        out = _run(["-c", reads, endpoint.connect_url(cfg), table], True, home)
+        assert out.returncode != 0 and "TABLE_OR_VIEW_NOT_FOUND" in out.stderr
+    # `trajpriv sql --trusted`: no endpoint answers it, and the root is not the analyst's
+    out = _run(["-m", "jobs.cli", "sql", "--trusted", f"SELECT * FROM {RAW}",
+                *(f"--set={s}" for s in sets)], True, home)
+    assert out.returncode == 2 and out.stdout == ""
+    assert f"belongs to uid {root.stat().st_uid}, not this account" in out.stderr, out.stderr
+    # its own pyspark session with the README's settings
+    out = _run(["-c", ANALYST_SESSION, *sets], True, home)
+    assert "RESULT " in out.stdout, out.stderr[-4000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1])
+    assert result["published parquet"] == "ROWS 3", result
+    assert "password authentication failed" in result["own session, raw table"], result
+    for name in ("raw parquet", "trusted parquet"):
+        assert result[name].startswith("ERROR") and "Permission denied" in result[name], result
+    assert "secret" not in out.stdout and "1.5" not in out.stdout
