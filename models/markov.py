@@ -175,16 +175,8 @@ class MarkovModel:
     def epsilon(self) -> float:
         return float(self.accountant.get("epsilon", 0.0))
 
+    # the released tables, in field order: what a saved model holds (jobs/train/markov.py)
     TABLES = ("start_probs", "action_probs", "cell_of", "cell_trans", "within")
-
-    def save(self, path) -> None:
-        """The released tables as a .npz (arrays only, no pickle: safe to load anywhere)."""
-        np.savez(path, **{name: getattr(self, name) for name in self.TABLES})
-
-    @classmethod
-    def load(cls, path, accountant: dict | None = None) -> MarkovModel:
-        with np.load(path, allow_pickle=False) as z:
-            return cls(*(z[name] for name in cls.TABLES), accountant=dict(accountant or {}))
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """(n, 48) int64 synthetic days (post-processing of the released tables)."""

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +31,7 @@ import pandas as pd
 
 from jobs.config import Config
 from models.markov import MarkovModel, Stats, add_stats, move_cells, release_markov, user_stats
-
-log = logging.getLogger("trajpriv.train")
+from udfs.atomic import atomic_open
 
 ARTEFACT = "markov.npz"  # the released tables, in the run folder
 
@@ -98,24 +95,16 @@ def fit(spark, cfg: Config, staging: Path, seed: int) -> tuple[MarkovModel, dict
 
 
 def save(model: MarkovModel, out_dir: Path, loc_ids: np.ndarray, coords: np.ndarray) -> Path:
-    """`markov.npz` (the tables, the location ids and coordinates they index) and
-    `accountant.json` in the run folder (mode 0700, as the learned runs' artefacts)."""
+    """`markov.npz` (the tables and the location ids and coordinates they index; arrays only,
+    loaded without pickle) and `accountant.json` in the run folder, each written whole or not
+    at all and owner-only (`udfs.atomic`), as the learned runs' artefacts."""
     path = out_dir / ARTEFACT
-    np.savez(path, loc_ids=loc_ids, coords=coords,
-             **{name: getattr(model, name) for name in MarkovModel.TABLES})
-    (out_dir / "accountant.json").write_text(json.dumps(model.accountant))
-    for p in (path, out_dir / "accountant.json"):
-        os.chmod(p, 0o600)
+    with atomic_open(path, binary=True) as fh:
+        np.savez(fh, loc_ids=loc_ids, coords=coords,
+                 **{name: getattr(model, name) for name in MarkovModel.TABLES})
+    with atomic_open(out_dir / "accountant.json") as fh:
+        json.dump(model.accountant, fh)
     return path
-
-
-def load(run_dir: Path) -> tuple[MarkovModel, np.ndarray]:
-    """(model, location ids its rows index) of a Markov train run."""
-    path = run_dir / ARTEFACT
-    acc = json.loads((run_dir / "accountant.json").read_text())
-    with np.load(path, allow_pickle=False) as z:
-        loc_ids = z["loc_ids"]
-    return MarkovModel.load(path, acc), loc_ids
 
 
 def figures_of(cfg: Config, model: MarkovModel, n_users: int, timings: dict[str, float],
