@@ -7,6 +7,7 @@ by the tests of this file (one worker under `--dist loadfile`: one `airflow db m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,10 @@ def test_a_full_run_then_the_next_date(airflow, tmp_path: Path):
     _expect_all_tasks_succeeded(first)
     assert set(first.task_states) == {"collection.choose_source", *TASK_IDS.values()}
     assert list(root.rglob("report.html")), f"no report.html under {root}"
+    # the default config's synthesis study is in the report, the Markov model among its methods
+    figures = json.loads(next(root.rglob("figures.json")).read_text())
+    studied = {row["name"] for row in figures["tables"]["synthesis_study"]}
+    assert {"DP Markov", "PateGAIL", "PateGAIL++", "uniform random days (baseline)"} <= studied
     # Zones: every file under the data root (landing CSVs, warehouse, metastore, keys, run
     # folders, the report with raw points) is private to its owner: 0600 files, 0700 folders.
     assert _private_modes(root) == []
