@@ -52,10 +52,10 @@ class RootError(TrajprivError):
 
 
 def require_existing_root(root: Path) -> None:
-    """RootError unless `root` is an existing folder. Readers (`trajpriv sql`, `budget`, the
+    """RootError unless `root` exists. Readers (`trajpriv sql`, `budget`, the
     endpoints) open a root that stages made; a mistyped root must fail naming the path, not
     become a new empty root that answers "table or view not found"."""
-    if not root.is_dir():
+    if not root.exists():  # a file where the root should be: check_root says so
         raise RootError(f"storage.root {root} does not exist: readers open a root a stage has "
                         "written and create nothing; check storage.root (--config, --set "
                         "storage.root=<folder>) or run a stage first")
