@@ -6,7 +6,7 @@
 datagen lands the embedded synthetic records that ingest then reads (`source=datagen`, the
 default); with `source=ingest` the branch skips datagen and ingest reads the config's real source.
 
-Rules this file keeps (DESIGN.md sections 1, 8, 10):
+Rules this file keeps (docs/architecture.md sections 1, 8, 10):
 - It imports nothing from the project and does no work at import time: it only builds operators.
   The stages run in their own Spark driver through spark-submit, with the project's interpreter.
 - Stage arguments are templated from the DAG params and the run's data interval. The run id is

@@ -33,6 +33,9 @@ USAGE = (
     "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]\n"
     "       trajpriv serve [--config FILE] [--stop] [--wait]"
 )
+HELP = (USAGE + "\n\ncommands:\n"
+        + "\n".join(f"  {name:<11} {text}" for name, text in harness.COMMAND_SUMMARY.items())
+        + "\n\n`trajpriv <command> --help` lists a command's flags with their defaults.")
 
 
 def load_stage(name: str) -> ModuleType:
@@ -147,16 +150,17 @@ def run_sql(argv: list[str]) -> int:
     from jobs.sql.render import FORMATS
 
     parser = argparse.ArgumentParser(
-        prog="trajpriv sql", description="Query the published tables (read-only).")
+        prog="trajpriv sql", description=harness.COMMAND_SUMMARY["sql"],
+        formatter_class=harness.HelpFormatter)
     parser.add_argument("query", nargs="?", help="one or more statements separated by ;")
     parser.add_argument("-f", "--file", help="a script of statements separated by ;")
     parser.add_argument("--format", choices=FORMATS, default="table",
-                        help="table (default), csv or json (one array of rows per statement)")
+                        help="table, csv or json (one array of rows per statement)")
     parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
-                        help="YAML config (default: the project's conf/default.yaml)")
+                        help="YAML config")
     harness.add_overrides(parser)
     parser.add_argument("--limit", type=int, default=None,
-                        help="rows to print (default: 100 for table, all for csv and json); a "
+                        help="rows to print (None: 100 for table, all for csv and json); a "
                              "cut result says so on stderr")
     parser.add_argument("--trusted", action="store_true",
                         help="also read the raw and trusted zones (data stewards only)")
@@ -313,14 +317,16 @@ def _print_results(args: argparse.Namespace, statements, reply: dict) -> int:
 
 def run_budget(argv: list[str]) -> int:
     """Privacy spent and remaining per budget window (distribution; per user with --trusted)."""
-    parser = argparse.ArgumentParser(prog="trajpriv budget")
+    parser = argparse.ArgumentParser(prog="trajpriv budget",
+                                     description=harness.COMMAND_SUMMARY["budget"],
+                                     formatter_class=harness.HelpFormatter)
     parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
-                        help="YAML config (default: the project's conf/default.yaml)")
+                        help="YAML config")
     harness.add_overrides(parser)
     parser.add_argument("--trusted", action="store_true",
                         help="per user (raw user ids: data stewards only)")
     parser.add_argument("--user", default=None, help="one user's rows (implies --trusted)")
-    parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
+    parser.add_argument("--limit", type=int, default=100, help="rows to print")
     args = parser.parse_args(argv)
 
     def body(spark, cfg) -> None:
@@ -344,10 +350,10 @@ def run_serve(argv: list[str]) -> int:
     """Start (or `--stop`) the analysts' endpoints: Spark's Thrift JDBC/ODBC server and Spark
     Connect over the published zone (`jobs.sql.endpoint`)."""
     parser = argparse.ArgumentParser(
-        prog="trajpriv serve", description="JDBC/ODBC (HiveServer2) and Spark Connect endpoints "
-        "over the published tables (read-only).")
+        prog="trajpriv serve", description=harness.COMMAND_SUMMARY["serve"],
+        formatter_class=harness.HelpFormatter)
     parser.add_argument("--config", default=harness.DEFAULT_CONFIG,
-                        help="YAML config (default: the project's conf/default.yaml)")
+                        help="YAML config")
     harness.add_overrides(parser)
     parser.add_argument("--stop", action="store_true", help="stop the running endpoints")
     parser.add_argument("--wait", action="store_true",
@@ -377,7 +383,7 @@ def run_serve(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(HELP if argv else USAGE)
         return 0 if argv else harness.EXIT_USER_ERROR
     command, rest = argv[0], argv[1:]
     if command == "sql":

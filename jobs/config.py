@@ -126,7 +126,7 @@ class SparkConfig(_Section):
 
 
 class DatagenConfig(_Section):
-    """Synthetic Telecom-Shanghai-shaped records (DESIGN.md section 5)."""
+    """Synthetic Telecom-Shanghai-shaped records (docs/architecture.md section 5)."""
 
     enabled: bool = True
     users: int = Field(300, ge=1)
@@ -171,7 +171,7 @@ def format_holds_year(fmt: str | None) -> bool:
 
 
 class IngestConfig(_Section):
-    """Which raw source to read and how to map and shape it (DESIGN.md sections 3 and 5).
+    """Which raw source to read and how to map and shape it (docs/architecture.md sections 3 and 5).
 
     `path`/`locations_path` default, for `source: telecom`, to what `trajpriv datagen` lands:
     `<storage.root>/landing/<dataset>/records/` and `.../stations.csv`. Without a location file,
@@ -357,7 +357,7 @@ def _finite_positive_epsilon(eps: float) -> float:
 
 
 class PrivacyConfig(_Section):
-    """The one privacy unit and budget every release charges (DESIGN.md section 4).
+    """The one privacy unit and budget every release charges (docs/architecture.md section 4).
 
     `unit: user`: neighbouring datasets differ in one user's data. A user may spend at most
     `budget` (epsilon) per window of `window_days` days, summed over every collection release
@@ -402,7 +402,7 @@ class PublishConfig(_Section):
 
 
 class CollectConfig(_Section):
-    """The published LDP collection: one mechanism at one epsilon (DESIGN.md section 4).
+    """The published LDP collection: one mechanism at one epsilon (docs/architecture.md section 4).
 
     Each trajectory dated in the collection window (`window_start`..`window_end`, inclusive;
     None = unbounded; the DAG passes its data interval) is released once under this setting,
@@ -541,7 +541,7 @@ LEARNED_METHODS = ("pategail", "pategail++", "ldp", "ldp++")
 
 
 class TrainConfig(_TrainModelFields):
-    """PateGAIL / PateGAIL++ training on Spark (DESIGN.md section 6).
+    """PateGAIL / PateGAIL++ training on Spark (docs/architecture.md section 6).
 
     Every field of `models.config.TrainConfig` is a typed field here (episodes_per_round,
     critic_hidden, beta, ...; the core's docs and defaults), validated by the core's own checks

@@ -70,16 +70,41 @@ def add_overrides(
     )
 
 
+#: One line per command of `trajpriv`: what `trajpriv --help` lists and each parser describes.
+COMMAND_SUMMARY: dict[str, str] = {
+    "datagen": "generate a Telecom-Shanghai-shaped slice of phone records (no real data needed)",
+    "ingest": "read a raw source into the raw zone; refused records go to the quarantine",
+    "study": "sweep mechanisms and epsilons in the trusted zone (nothing published or charged)",
+    "collect": "release each trajectory once under local DP, charged to its user's budget",
+    "train": "train the private model of users' days (central DP, charged per user)",
+    "synthesize": "sample synthetic days from a train run (post-processing, spends nothing)",
+    "evaluate": "score releases and synthetic days against real data; --attacks attacks them",
+    "report": "render the evaluation into report.html and figures.json",
+    "run": "every enabled stage in order, in one Spark session",
+    "sql": "query the published tables (read-only)",
+    "budget": "privacy spent and remaining per budget window",
+    "serve": "JDBC/ODBC and Spark Connect endpoints over the published tables for analysts",
+}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's help ends with its default, unless the help already says it in words."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action)
+
+
 def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=f"trajpriv {stage}", description=f"trajpriv {stage} stage"
+        prog=f"trajpriv {stage}", description=COMMAND_SUMMARY.get(stage, f"trajpriv {stage}"),
+        formatter_class=HelpFormatter,
     )
-    parser.add_argument("--config", default=DEFAULT_CONFIG,
-                        help="YAML config file (default: the project's conf/default.yaml)")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="YAML config file")
     add_overrides(parser)
     parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
     parser.add_argument("--verbose", action="store_true",
-                        help="Spark's INFO log and trajpriv's DEBUG lines (default: WARN and INFO)")
+                        help="Spark's INFO log and trajpriv's DEBUG lines (otherwise WARN and INFO)")
     if add_args is not None:
         add_args(parser)
     return parser

@@ -1,6 +1,6 @@
 """The trained per-user critics as artefacts of a run: one file per rank, merged by user.
 
-Why: under TorchDistributor every rank holds only its own users' critics (DESIGN.md section 6),
+Why: under TorchDistributor every rank holds only its own users' critics (docs/architecture.md section 6),
 yet the white-box membership attack and the critic LiRA (models/attacks) need the critics of
 all users, and a reader must not need to know how the users were sharded. So each rank writes
 `<run>/critics/rank<r>.pt` with its users' global indices (their rows in the user-id order that

@@ -4,7 +4,7 @@ Inputs: a learned embedding of the current location and of home (one shared tabl
 embedding of the slot, the standardised coordinates of both, and the counters (distinct/48,
 stay/48, at-home). The policy models the action type. Its destinations, by `destination`:
 - "public" (default): explore and return targets come from the environment's public
-  distributions (DESIGN section 6), so log pi(a|s) is over 4 actions;
+  distributions (docs/architecture.md section 6), so log pi(a|s) is over 4 actions;
 - "learned": a destination head (`DestinationHead`) tilts those public distributions by a
   state-dependent exponential family over public distance-band features of each candidate
   (band from the current location, band from home; for returns also the log visit count):

@@ -251,8 +251,8 @@ def perturb(trajectories, space: LocationSpace, epsilon: float, mechanism: str, 
         combiner: how TP/ATP join their two copies (post-processing, `udfs.tp.combine`):
             "medoid" (default), "copy_medoid", "paper" (Eq. 7 as written) or "midpoint".
         single_point: TP/ATP on length-1 trajectories: "one_copy" (default, one EM draw over P
-            with the whole epsilon; deviation from DESIGN.md, see udfs/PROOF.md 2a) or
-            "two_copies" (DESIGN.md: two eps/2 copies combined).
+            with the whole epsilon; deviation from docs/architecture.md, see udfs/PROOF.md 2a) or
+            "two_copies" (docs/architecture.md: two eps/2 copies combined).
         return_budget: also return one BudgetRecord per trajectory (each step's epsilon).
 
     Returns:

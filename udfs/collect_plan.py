@@ -1,12 +1,12 @@
 """Budget plan of LDP collection, vectorised over users (pure pandas/numpy, no pyspark).
 
 Why a module of its own: planning decides which trajectories may spend budget, before any noise
-is drawn (DESIGN.md section 10, "plan, then spend"). A walk over every trajectory with
+is drawn (docs/architecture.md section 10, "plan, then spend"). A walk over every trajectory with
 `fractions.Fraction` would dominate the stage at scale, so here the only exact (Fraction)
 arithmetic is per (user, window) that has prior ledger
 spend; every per-trajectory quantity is integer arithmetic on numpy arrays.
 
-Rules (DESIGN.md section 4, privacy rules of collection):
+Rules (docs/architecture.md section 4, privacy rules of collection):
 - Budget windows are fixed calendar blocks of `window_days` days starting on Monday
   1970-01-05 (so windows never depend on which dates a run happens to collect).
 - Spend composes sequentially within a window: a valid trajectory is released when

@@ -1,7 +1,7 @@
 """Vectorised exact sampler for the exponential mechanism on restricted domains.
 
 Target for row i: Pr[r] proportional to exp(-c_i * D[true_i, r]) over the row's domain S_i, where
-S_i is chosen by the fallback chain of DESIGN.md section 4 (TP step 2):
+S_i is chosen by the fallback chain of docs/architecture.md section 4 (TP step 2):
 
     level 0: base_i ∩ sector(prev pivot) ∩ sector(next pivot)   (present constraints only)
     level 1: base_i ∩ sector(prev pivot)      if level 0 is empty and a previous pivot exists

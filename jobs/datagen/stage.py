@@ -1,4 +1,4 @@
-"""`trajpriv datagen`: synthetic Telecom-Shanghai-shaped records (DESIGN.md section 5).
+"""`trajpriv datagen`: synthetic Telecom-Shanghai-shaped records (docs/architecture.md section 5).
 
 Reads nothing but the optional station and usage files; writes
 - `<storage.root>/landing/<dataset>/records/`: the raw records, one row per connection, columns

@@ -1,4 +1,4 @@
-"""Realism statistics of Telecom-style records, per user-day (DESIGN.md section 5). No pyspark.
+"""Realism statistics of Telecom-style records, per user-day (docs/architecture.md section 5). No pyspark.
 
 Definitions (a user-day = one user's records on one calendar day of `start`):
 - `n_records`: records of the user-day;
@@ -22,7 +22,7 @@ import pandas as pd
 
 from udfs.geo import haversine_km
 
-# Targets measured on a real sample of the Telecom Shanghai data (DESIGN.md section 5).
+# Targets measured on a real sample of the Telecom Shanghai data (docs/architecture.md section 5).
 TARGETS = {
     "distinct_median": 2.0,
     "distinct_p90": 6.0,

@@ -17,7 +17,7 @@ Thin Spark stage over the pure kernels in `jobs.ingest.readers` (parse), `jobs.i
    in 4 tell each write which partitions it covers, so no write scans its data twice.
 
 Row shapes: file (path, content) -> parsed (`arrow.PARSED_DDL`, one row per record) ->
-union (`arrow.UNION_DDL`) -> the tables of DESIGN.md section 3.
+union (`arrow.UNION_DDL`) -> the tables of docs/architecture.md section 3.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Home re-identification on published data (DESIGN.md section 7).
+"""Home re-identification on published data (docs/architecture.md section 7).
 
 Question: from what is published under a pseudonym, can an attacker find where the person lives?
 Figure: the share of users whose inferred home lies within `radius_km` (1 km) of their true home,

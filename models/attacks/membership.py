@@ -1,4 +1,4 @@
-"""White-box membership inference on the per-user critics (DESIGN.md section 7).
+"""White-box membership inference on the per-user critics (docs/architecture.md section 7).
 
 Threat model: the attacker holds every user's trained critic D_u (for example a curious server,
 or whoever obtains a checkpoint) and a candidate day d claimed to belong to user u. It computes
