@@ -77,6 +77,18 @@ ROUND = re.compile(r"round (\d+)/(\d+) released reward \S+ policy \S+ epsilon (\
 LAUNCH = re.compile(r"train launch: (.*)")
 
 
+def stage_seconds(text: str) -> float | None:
+    """The run's staging seconds from its figures.json (the CLI's first `wrote` line names the
+    run folder; its summary line does not carry stage_s)."""
+    import json
+
+    run_dir = re.search(r"^\s*wrote (\S+)$", text, re.MULTILINE)
+    figures = Path(run_dir[1]) / "figures.json" if run_dir else None
+    if figures is None or not figures.is_file():
+        return None
+    return json.loads(figures.read_text()).get("stage_s")
+
+
 def pipeline(config: str, root: str, sets: list[str]) -> None:
     """One `trajpriv train` run on a prepared root; prints stage, launch, round and total."""
     import subprocess
@@ -102,11 +114,11 @@ def pipeline(config: str, root: str, sets: list[str]) -> None:
         raise SystemExit(f"train failed (exit {proc.returncode})")
     rounds = [(int(m[1]), float(m[3]), float(m[4])) for m in ROUND.finditer(text)]
     phases = LAUNCH.search(text)
-    stage = re.search(r"'stage_s': ([\d.]+)|stage_s=([\d.]+)", text)
+    stage = stage_seconds(text)
     print(f"train {config} root={root} {' '.join(sets)}")
     print(f"launch phases (s after TorchDistributor start): {phases[1] if phases else '?'}")
     ready = re.search(r"ready ([\d.]+)s", phases[1]) if phases else None
-    print(f"stage_s={(stage[1] or stage[2]) if stage else '?'} "
+    print(f"stage_s={stage if stage is not None else '?'} "
           f"launch_s={ready[1] if ready else '?'} "
           f"round_s={sum(r[2] for r in rounds) / max(1, len(rounds)):.2f} "
           f"rounds={len(rounds)} epsilon={rounds[-1][1] if rounds else '?'} total_s={total:.1f}")
