@@ -201,7 +201,7 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {**_BASE_CONF, **catalog_conf(cfg), **{k: str(v) for k, v in cfg.spark.conf.items()}}
     quiet_jvm_logs({"spark.master": cfg.spark.master, "spark.app.name": cfg.spark.app_name,
-                    **settings})
+                    **settings}, jvm_log_path(root))
     builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -313,27 +313,52 @@ def verbose() -> bool:
     return os.environ.get("TRAJPRIV_VERBOSE", "") not in ("", "0")
 
 
-def quiet_jvm_logs(settings: dict[str, str]) -> None:
-    """Spark's log level WARN before the SparkContext starts, INFO with `--verbose`.
+def jvm_log_path(root: Path) -> Path:
+    """The stage log that a JVM started here writes its stderr to (Spark's log4j lines, the
+    launcher's hostname and module warnings): `<root>/logs/spark.log`."""
+    return root / "logs" / "spark.log"
+
+
+def quiet_jvm_logs(settings: dict[str, str], log_path: Path | None = None) -> None:
+    """Spark's log level WARN before the SparkContext starts, INFO with `--verbose`; the JVM's
+    stderr goes to `log_path` unless `--verbose`.
 
     Why before: `setLogLevel` on the session comes after the context's ~40 INFO lines of
-    start-up (under spark-submit 42 of 49 stderr lines). The JVM (launched here, or
-    spark-submit's, already running) is reached through py4j before any context exists; a JVM
-    launched here gets the session's `settings` (memory, class path, Java options) as it would
-    from the builder.
+    start-up. The JVM (launched here, or spark-submit's, already running) is reached through
+    py4j before any context exists; a JVM launched here gets the session's `settings` (memory,
+    class path, Java options) as it would from the builder. Why its stderr goes to the log:
+    the launcher scripts and the JVM print start-up warnings (loopback hostname, incubator
+    modules, log4j profile, native Hadoop library) before any log level applies; trajpriv's own
+    errors reach the terminal as one line from the harness, the JVM's detail stays in the log.
     """
     from pyspark import SparkConf, SparkContext
 
     if SparkContext._active_spark_context is not None:
         return
     try:
-        SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(
-            settings.items()))
+        conf = SparkConf(loadDefaults=False).setAll(settings.items())
+        gateway = None
+        if log_path is not None and not verbose() and SparkContext._gateway is None \
+                and "PYSPARK_GATEWAY_PORT" not in os.environ:
+            gateway = _launch_gateway_logged(conf, log_path)
+        SparkContext._ensure_initialized(gateway=gateway, conf=conf)
         jvm = SparkContext._jvm
         level = jvm.org.apache.logging.log4j.Level.toLevel("INFO" if verbose() else "WARN")
         jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(level)
     except Exception as exc:  # a JVM without log4j2 core: Spark's own defaults stand
         log.debug("could not set the JVM's log level: %s", exc)
+
+
+def _launch_gateway_logged(conf, log_path: Path):
+    """Start the JVM with its stderr appended to `log_path` (the file stays open in the JVM)."""
+    from pyspark.java_gateway import launch_gateway
+
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(log_path, "ab") as stream:
+        stream.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} JVM started by pid "
+                     f"{os.getpid()}: {' '.join(sys.argv)}\n".encode())
+        stream.flush()
+        return launch_gateway(conf, popen_kwargs={"stderr": stream})
 
 
 def _read_holder(fd: int) -> str:
