@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proc_tree import tree_cpu_seconds, tree_rss_bytes  # noqa: E402
+from bench.results import write_result  # noqa: E402
 from jobs import harness  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.datagen.stats import format_stats  # noqa: E402
@@ -155,6 +156,13 @@ def report(results: dict, gen: dict) -> None:
         print(f"data root kept: {results['root']}")
     stats = {k: gen[k] for k in gen if k in _STAT_KEYS}
     print("realism statistics per user-day:\n" + format_stats(stats))
+    table = [[name, f"{m['wall_s']:.1f}", f"{n / max(m['wall_s'], 1e-9):.0f}",
+              f"{m['cpu_s']:.1f}", f"{m['peak_rss_gib']:.2f}"] for name, m in meters]
+    table.append(["total", f"{total:.1f}", "", "", ""])
+    write_result("datagen", f"Data generation: {gen['users']} users x {gen['days']} days, "
+                 f"{gen['stations_source']}",
+                 ["stage", "wall s", "records/s", "CPU s", "peak RSS GiB"], table,
+                 notes=f"Target: under {TARGET_S // 60} minutes in all.")
 
 
 def phase_line(figures: dict) -> str:

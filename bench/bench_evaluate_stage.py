@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_pipeline import machine, stage_rows  # noqa: E402
 from bench.proc_tree import tree_cpu_seconds  # noqa: E402
+from bench.results import write_result  # noqa: E402
 from jobs.harness import add_overrides  # noqa: E402
 
 PREPARE = ("datagen", "ingest", "collect")
@@ -196,6 +197,12 @@ def main() -> int:
                 f"  {r['run_id']} DIFFERS from {runs[0]['run_id']}: "
                 f"{sorted(theirs ^ set(reference))[:6]}"
             )
+    write_result("evaluate_stage", f"Evaluate stage on {cfg.dataset}, variants {args.variants}",
+                 ["variant", "run", "wall s", "CPU s", "parts s"],
+                 [[r["variant"], r["run_id"].rsplit("-", 1)[1], r["wall_s"], r["cpu_s"],
+                   json.dumps(r["parts_s"])] for r in runs],
+                 notes=f"Old code: git revision {args.ref}. Evaluation rows identical across "
+                       f"runs: {all(same.values())}.")
     figures = {
         "config": args.config,
         "overrides": args.overrides,

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.proc_tree import tree_rss_bytes  # noqa: E402
+from bench.results import write_result  # noqa: E402
 from jobs.harness import add_overrides  # noqa: E402
 
 STAGE_LINE = re.compile(r"stage (\w+) (ok|failed) in ([0-9.]+) s")
@@ -146,6 +147,7 @@ def main() -> int:
         print(f"report: {report.group(1)}")
     if code != 0:
         print(log[-3000:], file=sys.stderr)
+    publish(args, rows, total)
     if args.json:
         figures = {
             "config": args.config,
@@ -160,6 +162,20 @@ def main() -> int:
     else:
         shutil.rmtree(root, ignore_errors=True)
     return code
+
+
+def publish(args: argparse.Namespace, rows: list[dict], total: float) -> None:
+    """The stage table for the benchmarks page (bench/results/pipeline.json)."""
+    def num(v, fmt):
+        return "" if v is None else f"{v:{fmt}}"
+
+    table = [[r["stage"], r["status"], num(r.get("stage_s"), ".1f"), num(r.get("wall_s"), ".1f"),
+              num(r.get("peak_gib"), ".2f")] for r in rows]
+    table.append(["total", "", "", f"{total:.1f}", ""])
+    write_result("pipeline", f"Pipeline run, {Path(args.config).name} "
+                 f"{' '.join(args.overrides)}".strip(),
+                 ["stage", "status", "stage s", "wall s", "peak GiB"], table,
+                 notes="The total is process wall time, Spark starts included.")
 
 
 if __name__ == "__main__":

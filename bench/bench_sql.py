@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.results import write_result  # noqa: E402
+
 QUERY = ("SELECT dataset, count(*) AS n, round(avg(lat), 4) AS lat FROM trajpriv_pub.locations "
          "GROUP BY dataset ORDER BY dataset")
 SETTINGS = ["spark.master=local[2]", "spark.conf.spark.sql.shuffle.partitions=2",
@@ -171,6 +175,10 @@ def main() -> None:
         figures = endpoints(root, args.warm)
         print(json.dumps({**figures, "warm_runs": args.warm,
                           "load_1min": round(os.getloadavg()[0], 2)}))
+        write_result("sql_endpoints", f"`trajpriv serve` clients, one query ({args.warm} warm "
+                     "runs)", ["client", "cold s", "warm median s", "warm max s"],
+                     [[name, f["cold_s"], f["warm_median_s"], f["warm_max_s"]]
+                      for name, f in figures.items() if isinstance(f, dict)])
         return
     if not (root / "warehouse" / "trajpriv_pub.db" / "locations").exists():
         build(root)
@@ -185,6 +193,10 @@ def main() -> None:
     print(json.dumps({"cold_s": round(cold, 2), "warm_median_s": round(statistics.median(warm), 2),
                       "warm_max_s": round(max(warm), 2), "no_server_s": round(fresh, 2),
                       "warm_runs": len(warm), "load_1min": round(os.getloadavg()[0], 2)}))
+    write_result("sql", f"`trajpriv sql`, one query ({len(warm)} warm runs)",
+                 ["cold s", "warm median s", "warm max s", "no server s"],
+                 [[f"{cold:.2f}", f"{statistics.median(warm):.2f}", f"{max(warm):.2f}",
+                   f"{fresh:.2f}"]])
 
 
 if __name__ == "__main__":

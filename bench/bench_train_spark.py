@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from bench.results import write_result  # noqa: E402
 from models.data import SHANGHAI_BOX, TrainData, home_work_population, load_geolife
 from models.distributed import RankJob, check_summary, run_rank
 
@@ -122,6 +123,11 @@ def pipeline(config: str, root: str, sets: list[str]) -> None:
           f"launch_s={ready[1] if ready else '?'} "
           f"round_s={sum(r[2] for r in rounds) / max(1, len(rounds)):.2f} "
           f"rounds={len(rounds)} epsilon={rounds[-1][1] if rounds else '?'} total_s={total:.1f}")
+    write_result("train_spark_pipeline", f"`trajpriv train`, {Path(config).name} {' '.join(sets)}",
+                 ["stage s", "launch s", "round s", "rounds", "epsilon", "total s"],
+                 [[stage if stage is not None else "?", ready[1] if ready else "?",
+                   f"{sum(r[2] for r in rounds) / max(1, len(rounds)):.2f}", len(rounds),
+                   rounds[-1][1] if rounds else "?", f"{total:.1f}"]])
     print(f"load average during the run: mean {sum(loads) / max(1, len(loads)):.2f}, "
           f"max {max(loads, default=0):.2f} ({len(loads)} samples), cpus {os.cpu_count()}")
 
@@ -162,12 +168,18 @@ def main() -> None:
         slice_ = home_work_population(args.telecom_users, 3233, 4, box=SHANGHAI_BOX)
         sets.append(("telecom", slice_))
     print(f"load average at start: {os.getloadavg()}, cpus: {os.cpu_count()}")
+    table = []
     for name, data in sets:
         for mode, world in [(m, w) for m in modes for w in (1, 2)]:
             r = bench(spark, name, data, world, args.rounds, out, local_mode=mode == "local")
             print(f"{r['data']:8s} users={r['users']:5d} processes={r['processes']} "
                   f"mode={r['mode']:7s} round_s={r['round_s']:.2f} setup_s={r['setup_s']:.2f} "
                   f"launch_s={r['launch_s']:.2f} wall_s={r['wall_s']:.2f}", flush=True)
+            table.append([r["data"], r["users"], r["processes"], r["mode"],
+                          *(f"{r[k]:.2f}" for k in ("round_s", "setup_s", "launch_s", "wall_s"))])
+    write_result("train_spark", f"Distributed training, {args.rounds} rounds",
+                 ["data", "users", "processes", "mode", "round s", "setup s", "launch s",
+                  "wall s"], table)
     print(f"load average at end: {os.getloadavg()}")
     spark.stop()
 

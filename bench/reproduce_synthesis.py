@@ -68,6 +68,7 @@ from bench.reproduce_pategail import (  # noqa: E402
     scores,
     summarise,
 )
+from bench.results import write_result  # noqa: E402
 from jobs.spark.tables import LOCATIONS, SLOT_DAYS_SPLIT, Table  # noqa: E402
 from models.budget import noise_for_epsilon  # noqa: E402
 from models.config import TrainConfig  # noqa: E402
@@ -243,6 +244,25 @@ def main() -> None:
     print(f"\n{args.rounds} rounds, seeds {seeds}, delta {DELTA:g}; "
           f"total {time.perf_counter() - t_all:.0f} s")
     save()
+    publish(args, seeds, rows)
+
+
+def publish(args: argparse.Namespace, seeds: list[int], rows: list[dict]) -> None:
+    """One table for the benchmarks page (bench/results/synthesis_<dataset>.json)."""
+    dataset = args.dataset if args.root else "geolife"
+
+    def cell(v, fmt=".4f"):
+        return "-" if v is None else f"{v[0]:{fmt}} ± {v[1]:{fmt}}"
+
+    write_result(
+        f"synthesis_{dataset}",
+        f"Private synthesis on {dataset}: {args.rounds} rounds, seeds "
+        f"{','.join(map(str, seeds))}, epsilons {args.epsilons}",
+        ["method", "epsilon", "noise", *METRICS, *LONGRANGE_METRICS, "spent"],
+        [[r["method"], r["epsilon"], r.get("setting", ""),
+          *(cell(r.get(c)) for c in (*METRICS, *LONGRANGE_METRICS)),
+          cell(r.get("spent"), ".3f")] for r in rows],
+        notes=f"Cells are mean ± sd over the seeds; delta {DELTA:g}.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+"""Write one bench table to `bench/results/<name>.json` for the benchmarks page.
+
+`docs/render_benchmarks.py` renders every such file; this module fills in what makes a figure
+checkable (the command, date, machine and commit that produced it) so no bench states it by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from udfs.atomic import atomic_open
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def command(argv: list[str] | None = None) -> str:
+    """The shell line that reran this bench, with the project's venv as the interpreter."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve() if argv else Path("?")
+    try:
+        script = script.relative_to(ROOT)
+    except ValueError:
+        pass
+    return shlex.join([".venv/bin/python", str(script), *argv[1:]])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> str:
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return "memory unknown"
+    return f"{pages * size / 2**30:.0f} GiB"
+
+
+def machine() -> str:
+    """Cores, memory, CPU model and OS; never the host name."""
+    return (f"{os.cpu_count()} cores, {_memory_gib()}, {_cpu_model()}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def commit() -> str:
+    """Short HEAD, with `+dirty` when tracked files have uncommitted changes."""
+    head = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return head + ("+dirty" if dirty else "")
+
+
+def write_result(name: str, title: str, columns: list[str], rows: list[list[object]],
+                 notes: str | None = None, *, results_dir: Path | None = None) -> Path:
+    """Write `<results_dir or RESULTS>/<name>.json` atomically and return its path."""
+    if any(len(row) != len(columns) for row in rows):
+        raise ValueError(f"{name}: every row needs {len(columns)} cells ({columns})")
+    result = {"title": title, "command": command(),
+              "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+              "machine": machine(), "commit": commit(),
+              "columns": list(columns), "rows": [list(row) for row in rows]}
+    if notes:
+        result["notes"] = notes
+    path = Path(results_dir or RESULTS) / f"{name}.json"
+    with atomic_open(path) as fh:
+        json.dump(result, fh, indent=2, default=str)
+        fh.write("\n")
+    return path
