@@ -100,6 +100,12 @@ def _default_text(field) -> str:
     return "`" + repr(field.default).replace("PosixPath", "Path").replace("|", "\\|") + "`"
 
 
+def _first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring on one line ('' without one)."""
+    text = " ".join(inspect.cleandoc(doc or "").split())
+    return text.split(". ")[0].rstrip(".") + "." if text else ""
+
+
 def _is_model(annotation: object) -> bool:
     from pydantic import BaseModel
 
@@ -114,6 +120,9 @@ def _section_rows(prefix: str, model: type) -> tuple[list[str], list[tuple[str, 
         if _is_model(field.annotation):
             nested.append((key, field.annotation))
         meaning = field.description or meanings.get(name, "")
+        if not meaning and _is_model(field.annotation):
+            meaning = " ".join((f"section `{key}` below.",
+                                _first_sentence(field.annotation.__doc__))).strip()
         meaning = meaning.replace("|", "\\|").replace("\n", " ")
         rows.append(f"| `{key}` | {_type_text(field.annotation)} | {_default_text(field)} "
                     f"| {meaning} |")
