@@ -1,16 +1,22 @@
 """The trajpriv pipeline as a daily Airflow DAG; a stage is `spark-submit jobs/submit.py <stage>`.
 
     collection.choose_source -> [collection.datagen ->] collection.ingest -> collection.collect
-      -> synthesis.train -> synthesis.synthesize -> evaluate -> report
+      -> study -> synthesis.train -> synthesis.synthesize -> evaluate -> report
 
 datagen lands the embedded synthetic records that ingest then reads (`source=datagen`, the
 default); with `source=ingest` the branch skips datagen and ingest reads the config's real source.
+`study` is the trusted-zone sweep (`trajpriv study`: the LDP mechanisms and the synthesis
+methods at the configured epsilons; nothing released or charged) whose tables the report shows.
+It runs after the day's collection, so a failing sweep never holds up a release; `trajpriv run`
+runs it before collect (jobs.config.STAGES) since there it also chooses the release's setting.
 
 Rules this file keeps (docs/architecture.md sections 1, 8, 10):
 - It imports nothing from the project and does no work at import time: it only builds operators.
   The stages run in their own Spark driver through spark-submit, with the project's interpreter.
 - Stage arguments are templated from the DAG params and the run's data interval. The run id is
-  the logical date; collection covers the data interval only (`collect.window_start` =
+  `trajpriv_pipeline-<logical date>-<stage>`: one per stage (a stage's evaluation rows and run
+  folder are its own: with one id for all, evaluate's rows replaced the study's) and the same on
+  a rerun of the date. Collection covers the data interval only (`collect.window_start` =
   data_interval_start, `collect.window_end` = the day before data_interval_end), so each
   logical date releases only its own new trajectories, and a rerun of a date (a retry, a
   cleared task, a second `airflow dags test`) finds them released already and spends nothing.
@@ -174,11 +180,11 @@ def _override(param: str, key: str) -> str:
     )
 
 
-# Arguments every stage gets (its config is one whole, validated by each stage at start).
-# Optional params render to an empty argument, which StageSubmitOperator drops.
+# Arguments every stage gets after its name and run id (its config is one whole, validated by
+# each stage at start). Optional params render to an empty argument, which StageSubmitOperator
+# drops.
 STAGE_ARGS = [
     "--config={{ project_path(project_dir(params), params.config) }}",
-    "--run-id=" + DAG_ID + "-{{ ds_nodash }}",
     # The data interval as the collection window (quoted: YAML would read a bare date).
     "{% if params.collect_interval == 'data_interval' %}"
     "--set=collect.window_start={{ data_interval_start | ds | tojson }}\n"
@@ -293,7 +299,8 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
         task_id=stage,
         conn_id=SPARK_CONN_ID,
         application="{{ project_dir(params) }}/jobs/submit.py",
-        application_args=[stage, *STAGE_ARGS],
+        application_args=[stage, STAGE_ARGS[0], f"--run-id={DAG_ID}-{{{{ ds_nodash }}}}-{stage}",
+                          *STAGE_ARGS[1:]],
         py_files="{{ params.py_files }}",
         # The driver JVM is spark-submit's here: make Derby's metastore files private to the
         # owner from the start (the stages also tighten the data root at start and stop).
@@ -340,4 +347,4 @@ with DAG(
     with TaskGroup("synthesis", tooltip="PateGAIL++ training, synthetic days") as synthesis:
         chain(_stage("train"), _stage("synthesize"))
 
-    chain(collection, synthesis, _stage("evaluate"), _stage("report"))
+    chain(collection, _stage("study"), synthesis, _stage("evaluate"), _stage("report"))

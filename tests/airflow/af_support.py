@@ -22,11 +22,12 @@ AIRFLOW_BIN = AIRFLOW_VENV / "bin" / "airflow"
 AIRFLOW_PY = AIRFLOW_VENV / "bin" / "python"
 DAG_ID = "trajpriv_pipeline"
 # Pipeline stages in DAG order; each is `spark-submit jobs/submit.py <stage>`.
-STAGES = ("datagen", "ingest", "collect", "train", "synthesize", "evaluate", "report")
+STAGES = ("datagen", "ingest", "collect", "study", "train", "synthesize", "evaluate", "report")
 TASK_IDS = {
     "datagen": "collection.datagen",
     "ingest": "collection.ingest",
     "collect": "collection.collect",
+    "study": "study",
     "train": "synthesis.train",
     "synthesize": "synthesis.synthesize",
     "evaluate": "evaluate",

@@ -158,7 +158,8 @@ def test_tasks_order_and_groups(dag_info):
         "collection.choose_source": ["collection.datagen", "collection.ingest"],
         "collection.datagen": ["collection.ingest"],
         "collection.ingest": ["collection.collect"],
-        "collection.collect": ["synthesis.train"],
+        "collection.collect": ["study"],
+        "study": ["synthesis.train"],
         "synthesis.train": ["synthesis.synthesize"],
         "synthesis.synthesize": ["evaluate"],
         "evaluate": ["report"],
@@ -175,6 +176,7 @@ def test_every_stage_is_a_spark_submit_of_its_module(dag_info):
         "collection.datagen": "datagen",
         "collection.ingest": "ingest",
         "collection.collect": "collect",
+        "study": "study",
         "synthesis.train": "train",
         "synthesis.synthesize": "synthesize",
         "evaluate": "evaluate",
@@ -225,7 +227,7 @@ def test_unset_params_add_no_overrides(dag_info):
     assert args == [
         "collect",
         f"--config={ROOT}/conf/default.yaml",
-        "--run-id=trajpriv_pipeline-20260105",
+        "--run-id=trajpriv_pipeline-20260105-collect",
         '--set=collect.window_start="2026-01-05"\n--set=collect.window_end="2026-01-05"',
     ]
     assert rendered["application"] == f"{ROOT}/jobs/submit.py"
@@ -242,7 +244,7 @@ def test_set_params_become_yaml_overrides(dag_info):
     assert args == [
         "collect",  # the stage, first: `spark-submit jobs/submit.py collect ...`
         "--config=/etc/trajpriv/prod.yaml",
-        "--run-id=trajpriv_pipeline-20260105",
+        "--run-id=trajpriv_pipeline-20260105-collect",
         '--set=collect.window_start="2026-01-05"',
         '--set=collect.window_end="2026-01-05"',
         '--set=dataset="geolife"',
