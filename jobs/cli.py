@@ -143,10 +143,8 @@ def _catalog_command(prog: str, args: argparse.Namespace, body) -> int:
         stop_spark(spark)
 
 
-def run_sql(argv: list[str]) -> int:
-    """Print the results of read-only statements over the published zone: the first thing a
-    data engineer does. Answered by the warm server of the root (`jobs.sql`), started on first
-    use; `--no-server` runs them in this process instead."""
+def _sql_parser() -> argparse.ArgumentParser:
+    """`trajpriv sql`'s options."""
     from jobs.sql.render import FORMATS
 
     parser = argparse.ArgumentParser(
@@ -172,7 +170,14 @@ def run_sql(argv: list[str]) -> int:
     parser.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                         help="seconds a server started now waits for the next query before "
                              "it stops (default $TRAJPRIV_SQL_IDLE_S or 600)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_sql(argv: list[str]) -> int:
+    """Print the results of read-only statements over the published zone: the first thing a
+    data engineer does. Answered by the warm server of the root (`jobs.sql`), started on first
+    use; `--no-server` runs them in this process instead."""
+    args = _sql_parser().parse_args(argv)
     if args.limit is None:  # an export (csv, json) is whole unless asked otherwise
         args.limit = TABLE_ROWS if args.format == "table" else -1
     prog = "trajpriv sql"
@@ -195,8 +200,8 @@ def run_sql(argv: list[str]) -> int:
               else f"{prog}: no server running for {root}", file=sys.stderr)
         return 0
     try:
+        statements = _statements(args)  # the text first: a refusal needs no root
         require_existing_root(root)
-        statements = _statements(args)
     except TrajprivError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return harness.EXIT_USER_ERROR

@@ -211,7 +211,10 @@ def _last_error(log: Path) -> str:
 
 
 def stop(cfg) -> int | None:
-    """SIGTERM to the running endpoints and wait until they are gone; their pid, or None."""
+    """SIGTERM to the running endpoints and wait until they are gone; their pid, or None.
+
+    No SIGKILL: the driver's shutdown hooks release the metastore and the root's lock, so a
+    driver that does not stop is the operator's to look at (the error names its pid and log)."""
     pid = running_pid(cfg)
     if pid is None:
         pid_path(cfg).unlink(missing_ok=True)
@@ -220,8 +223,8 @@ def stop(cfg) -> int | None:
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while running_pid(cfg) == pid and _alive(pid):
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
+            raise ServerError(f"the endpoints (pid {pid}) did not stop within "
+                              f"{STOP_TIMEOUT_S:.0f} s of SIGTERM; see {log_path(cfg)}")
         time.sleep(0.2)
     pid_path(cfg).unlink(missing_ok=True)
     return pid

@@ -18,6 +18,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -231,28 +232,37 @@ def test_a_dbapi_client_reads_published_and_changes_nothing(served):
 CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
-def test_spark_connect_reads_published_and_no_file(served):
-    from pyspark.sql import SparkSession
-
-    cfg, *_ = served
-    before = {k: os.environ.get(k) for k in CONNECT_ENV}
-    spark = SparkSession.builder.remote(endpoint.connect_url(cfg)).getOrCreate()
+CONNECT_CLIENT = """
+import json, sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+out = {"locations": [r.loc_id for r in spark.table("trajpriv_pub.locations").orderBy("loc_id")
+                     .collect()]}
+for name, read in (("raw table", lambda: spark.table(sys.argv[2]).collect()),
+                   ("raw parquet", lambda: spark.read.parquet(sys.argv[3]).collect())):
     try:
-        rows = spark.table("trajpriv_pub.locations").orderBy("loc_id").collect()
-        assert [r.loc_id for r in rows] == [1, 2, 3]
-        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
-            spark.table(RAW).collect()
-        raw_path = cfg.storage.warehouse / "trajpriv_raw.db" / RAW.split(".")[1]
-        # the analysts' account cannot even see the path; as the owner, the guard refuses it
-        with pytest.raises(Exception, match="PATH_NOT_FOUND|refused: it reads files directly"):
-            spark.read.parquet(str(raw_path)).collect()
-    finally:
-        spark.stop()
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        out[name] = "ROWS " + repr(read())
+    except Exception as exc:
+        out[name] = "ERROR " + " ".join(str(exc).split())[:400]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_spark_connect_reads_published_and_no_file(served):
+    """A Spark Connect client in its own process (a notebook's, a BI tool's): a process that
+    already holds a classic session cannot open a remote one, so this is how users connect."""
+    cfg, *_ = served
+    raw_path = cfg.storage.warehouse / "trajpriv_raw.db" / RAW.split(".")[1]
+    out = _run(["-c", CONNECT_CLIENT, endpoint.connect_url(cfg), RAW, str(raw_path)], False,
+               ROOT)
+    assert "RESULT " in out.stdout, out.stderr[-4000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1])
+    assert result["locations"] == [1, 2, 3]
+    assert result["raw table"].startswith("ERROR") and "TABLE_OR_VIEW_NOT_FOUND" in \
+        result["raw table"], result
+    # the analysts' account cannot even see the path; as the owner, the guard refuses it
+    assert re.search("PATH_NOT_FOUND|refused: it reads files directly", result["raw parquet"]), \
+        result
 
 
 def test_trajpriv_sql_is_a_client_of_the_running_endpoints(served):
