@@ -8,7 +8,8 @@ the process where it fires (the driver's environment reaches Spark's Python work
 torchrun ranks), so nothing in a config file or a table can switch one on; with none of the
 variables below set, every function here is a no-op.
 
-One naming scheme, `TRAJPRIV_FAULT_<NAME>`; `SEAMS` lists them all (README, "Testing"):
+One naming scheme, `TRAJPRIV_FAULT_<NAME>`; `SEAMS` lists them all (docs/development.md, "Fault
+seams"):
 
 - `TRAJPRIV_FAULT_KILL_WORKER=<marker path>` (collect's release UDF, per user group,
   `on_release_group`): attempt 0 of the release task whose worker first creates the marker

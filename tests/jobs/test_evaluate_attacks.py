@@ -25,6 +25,7 @@ from jobs.synthesize import stage as synth_stage
 from jobs.train import stage as train_stage
 from tests.models._attack_toy import walk_data
 from udfs.errors import ConfigError
+from udfs.longrange import LONGRANGE_METRICS
 from udfs.mobility import METRICS
 
 DATASET = "attack_toy"
@@ -101,8 +102,11 @@ def test_evaluate_attacks_writes_membership_lira_and_home_rows(spark, spark_conf
     assert 0 <= raw["home_reid_share_within_km"] <= 1
     # the trivial generator beside the synthetic days, on every mobility metric
     uniform = rows[rows["method"] == eval_stage.UNIFORM_BASELINE].set_index("metric")["value"]
-    assert set(uniform.index) == set(METRICS)
-    assert ((uniform > 0) & (uniform <= np.log(2) + 1e-9)).all()
+    assert set(uniform.index) == set(METRICS) | set(LONGRANGE_METRICS)
+    jsds = uniform[list(METRICS)]
+    assert ((jsds > 0) & (jsds <= np.log(2) + 1e-9)).all()
+    # the long-range figures are JSDs, a share gap and accuracies: all within [0, 1]
+    assert ((uniform[list(LONGRANGE_METRICS)] >= 0) & (uniform[list(LONGRANGE_METRICS)] <= 1)).all()
 
 
 def test_attack_settings_are_validated(tmp_path):

@@ -1,4 +1,5 @@
-"""The README's ingest recipes, run as written: each YAML block under a `<!-- recipe: NAME -->`
+"""The ingest guide's recipes (docs/guides/ingest.md), run as written: each YAML block under a
+`<!-- recipe: NAME -->`
 marker is loaded as the config (only its input paths pointed at exports this test writes) and
 ingested through the local path (`jobs.ingest.local`, the same plan, readers, mapping and
 shaping as `trajpriv ingest`). No Spark."""
@@ -16,14 +17,14 @@ from jobs.ingest.local import ingest_config_local
 from jobs.ingest.locmap import km_grid
 from udfs.errors import InputDataError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "ingest.md"
 
 
 def recipe(name: str) -> str:
-    """The YAML of the README block marked `<!-- recipe: name -->`."""
-    text = README.read_text(encoding="utf-8")
+    """The YAML of the ingest guide's block marked `<!-- recipe: name -->`."""
+    text = GUIDE.read_text(encoding="utf-8")
     m = re.search(rf"<!-- recipe: {re.escape(name)} -->\s*```yaml\n(.*?)```", text, re.S)
-    assert m, f"README has no recipe {name!r}"
+    assert m, f"{GUIDE.name} has no recipe {name!r}"
     return m.group(1)
 
 

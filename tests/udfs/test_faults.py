@@ -1,4 +1,5 @@
-"""The fault-seam registry (udfs/faults.py): one naming scheme, every seam listed in the README,
+"""The fault-seam registry (udfs/faults.py): one naming scheme, every seam listed in the developer
+guide (docs/development.md),
 all off unless the environment sets one, and no self-kill outside the registry."""
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_one_naming_scheme_and_every_seam_documented():
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "development.md").read_text()
     doc = faults.__doc__ or ""
     for name, seam in faults.SEAMS.items():
         assert seam.env == faults.PREFIX + name.upper(), name
-        assert f"`{seam.env}" in readme, seam.env
+        assert f"`{seam.env}" in guide, seam.env
         assert f"`{seam.env}" in doc, seam.env
 
 
