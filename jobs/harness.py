@@ -104,7 +104,7 @@ def build_parser(stage: str, add_args: ArgsFn | None = None) -> argparse.Argumen
     add_overrides(parser)
     parser.add_argument("--run-id", default=None, help="run id to record (default: generated)")
     parser.add_argument("--verbose", action="store_true",
-                        help="Spark's INFO log and trajpriv's DEBUG lines (otherwise WARN and INFO)")
+                        help="Spark's INFO log and trajpriv's DEBUG lines (otherwise WARN, INFO)")
     if add_args is not None:
         add_args(parser)
     return parser

@@ -1,14 +1,14 @@
 """The trained per-user critics as artefacts of a run: one file per rank, merged by user.
 
-Why: under TorchDistributor every rank holds only its own users' critics (docs/architecture.md section 6),
-yet the white-box membership attack and the critic LiRA (models/attacks) need the critics of
-all users, and a reader must not need to know how the users were sharded. So each rank writes
-`<run>/critics/rank<r>.pt` with its users' global indices (their rows in the user-id order that
-every rank shares), their user ids and the critic weights (not the optimiser: that stays in the
-resumable checkpoint); `load_user_critics` concatenates the shards, puts them in global order and
-checks that every user 0..U-1 is there exactly once and that all shards come from the same
-world and round. The merged critics of a W-rank run are the critics a one-process run of the
-same seed and blocks holds (tests/models/test_critic_store.py).
+Why: under TorchDistributor every rank holds only its own users' critics (docs/architecture.md
+section 6), yet the white-box membership attack and the critic LiRA (models/attacks) need the
+critics of all users, and a reader must not need to know how the users were sharded. So each rank
+writes `<run>/critics/rank<r>.pt` with its users' global indices (their rows in the user-id order
+that every rank shares), their user ids and the critic weights (not the optimiser: that stays in
+the resumable checkpoint); `load_user_critics` concatenates the shards, puts them in global order
+and checks that every user 0..U-1 is there exactly once and that all shards come from the same
+world and round. The merged critics of a W-rank run are the critics a one-process run of the same
+seed and blocks holds (tests/models/test_critic_store.py).
 
 Privacy: the critics are trained on raw local days without noise, and the files name raw user
 ids; they live in the run's 0700 folder in the trusted zone and are never published.

@@ -199,7 +199,7 @@ def trajectory_keys(user_entropy: Sequence[int], user_index: np.ndarray, days: n
     mix64(w1 ^ mix64(w2 ^ day) ^ mix64(traj_id))) over the seed's first three 64-bit words:
     for a fixed user and day, distinct traj ids get distinct keys (each mix64 is a bijection);
     any other pair of trajectories shares a key with probability 2^-64. Secret because the
-    words are: public ids alone determine nothing (docs/architecture.md section 10).
+    words are: public ids alone determine nothing (docs/architecture.md section 9).
     """
     words = np.array([[(e >> (64 * i)) & _MASK64 for i in range(3)] for e in user_entropy],
                      dtype=np.uint64).reshape(-1, 3)

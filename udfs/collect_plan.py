@@ -1,7 +1,7 @@
 """Budget plan of LDP collection, vectorised over users (pure pandas/numpy, no pyspark).
 
 Why a module of its own: planning decides which trajectories may spend budget, before any noise
-is drawn (docs/architecture.md section 10, "plan, then spend"). A walk over every trajectory with
+is drawn (docs/architecture.md section 9, "plan, then spend"). A walk over every trajectory with
 `fractions.Fraction` would dominate the stage at scale, so here the only exact (Fraction)
 arithmetic is per (user, window) that has prior ledger
 spend; every per-trajectory quantity is integer arithmetic on numpy arrays.

@@ -45,7 +45,7 @@ def score(g: int, epsilon: float) -> float:
 
 
 def choose_granularity(epsilon: float) -> int:
-    """Granularity in {2, 4, 6, 12} maximising :func:`score` at `epsilon` (docs/architecture.md Eq. 8).
+    """Granularity in {2, 4, 6, 12} maximising :func:`score` at `epsilon` (TP/ATP paper, Eq. 8).
 
     Pass the budget of ONE perturbed direction (what each k-RR call spends); `udfs.tp` and
     `udfs.atp` call this with their per-direction epsilon (see PROOF.md section 5).

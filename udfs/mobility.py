@@ -1,4 +1,5 @@
-"""Mobility statistics of 48-slot days compared as Jensen-Shannon divergences (docs/architecture.md s. 7).
+"""Mobility statistics of 48-slot days compared as Jensen-Shannon divergences (docs/architecture.md
+s. 7).
 
 `jsd_metrics(real_days, generated_days, coords, mode)` returns {distance, radius, duration,
 dailyloc, grank, irank}: each the JSD (natural log, in [0, ln 2]) between the real and the

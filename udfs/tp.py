@@ -1,4 +1,5 @@
-"""TP: trajectory perturbation by pivot sampling (docs/architecture.md section 4; TP/ATP paper, Alg. 1-3).
+"""TP: trajectory perturbation by pivot sampling (docs/architecture.md section 4; TP/ATP paper,
+Alg. 1-3).
 
 The copy step (:func:`perturb_copy`) is shared with ATP, which runs it inside a region.
 Row shapes: a length group is an (N, n) int64 array of location ids (N trajectories of length n).
@@ -141,7 +142,8 @@ def check_single_point(rule) -> str:
     if rule not in SINGLE_POINT:
         raise InvalidParameterError(
             f"single_point={rule!r} is not one of {SINGLE_POINT}; 'one_copy' (default) spends the "
-            "whole epsilon on one EM draw over P, 'two_copies' is docs/architecture.md's two eps/2 copies")
+            "whole epsilon on one EM draw over P, 'two_copies' is the TP/ATP paper's two eps/2 "
+            "copies")
     return rule
 
 
@@ -185,8 +187,8 @@ def single_point_perturb(space: LocationSpace, traj: np.ndarray, epsilon: float,
                          rng: Stream | np.random.Generator) -> np.ndarray:
     """Length-1 rows (N, 1) under the 'one_copy' rule: EM over P with the whole epsilon.
 
-    Deviation from docs/architecture.md (which runs two eps/2 copies and combines them): with one point
-    there are no directions and (for ATP) the anchor is the point itself, so two copies only
+    Deviation from docs/architecture.md (which runs two eps/2 copies and combines them): with one
+    point there are no directions and (for ATP) the anchor is the point itself, so two copies only
     halve the budget of the one release that matters; Eq. 7 then picks one of the two draws.
     One EM draw at eps is eps-LDP on its own (PROOF.md section 2a); bench/reproduce_ldp.py
     compares the two rules.
@@ -351,7 +353,8 @@ class TP(RecordedMechanism):
     Budget: two copies, eps/2 each; per copy a share r_dir (default 3/4) evenly over its n-1
         directions (k-RR), the rest evenly over its n points (EM). Sequential composition over
         2(2n-1) steps = eps (Theorem 4.1); combining is free. n = 1 (``single_point``):
-        "one_copy" (default; a deviation from docs/architecture.md, PROOF.md 2a) = one EM draw over P with
+        "one_copy" (default; a deviation from docs/architecture.md, PROOF.md 2a) = one EM draw over
+        P with
         the whole eps; "two_copies" = the architecture's two copies whose point gets eps/2 each.
     Citations: Zhang et al., "Trajectory data collection with local differential privacy"
         (TP/ATP paper), Theorem 4.1; McSherry-Talwar 2007 (EM); Kairouz et al. 2014 (k-RR).

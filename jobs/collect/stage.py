@@ -1,4 +1,5 @@
-"""`trajpriv collect`: one LDP release of raw trajectories on Spark (docs/architecture.md sections 3, 4, 10).
+"""`trajpriv collect`: one LDP release of raw trajectories on Spark (docs/architecture.md sections
+3, 4, 10).
 
 Reads `trajpriv_raw.trajectories` of one dataset inside the collection window (the DAG passes
 its data interval), skips every trajectory already released under this setting (release once:

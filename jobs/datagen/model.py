@@ -1,4 +1,5 @@
-"""Per-user kernel of the synthetic Telecom-Shanghai generator (docs/architecture.md section 5). No pyspark.
+"""Per-user kernel of the synthetic Telecom-Shanghai generator (docs/architecture.md section 5). No
+pyspark.
 
 One call, `simulate_user(user_id, stations, params)`, returns every record of one phone over the
 whole period; `simulate_users` stacks several. The Spark stage (`jobs/datagen/stage.py`) calls
@@ -24,8 +25,8 @@ Model (EPR with TimeGeo-style days; Song et al. 2010, Jiang et al. PNAS 2016):
   2.0 km against the real 2.4 km).
 
 The defaults were calibrated on 1,500 users x 182 days (two disjoint user ranges) against the
-realism targets of docs/architecture.md section 5 (`jobs.datagen.stats`); the job reports the figures of
-every run.
+realism targets of docs/architecture.md section 5 (`jobs.datagen.stats`); the job reports the
+figures of every run.
 
 Randomness: one `numpy.random.Generator` per user from SeedSequence(seed, spawn_key=(0, user)),
 so a user's records do not depend on which Spark partition, batch or order produced them.

@@ -1,4 +1,5 @@
-"""The station layout of the synthetic Telecom-Shanghai data (docs/architecture.md section 5). No pyspark.
+"""The station layout of the synthetic Telecom-Shanghai data (docs/architecture.md section 5). No
+pyspark.
 
 Two sources, one shape (`loc_id, lat, lon, weight`, weight = popularity, summing to 1):
 - the real Shanghai Telecom station list (`base_stations.csv`), filtered to a box because 33 rows

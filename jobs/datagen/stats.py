@@ -1,4 +1,5 @@
-"""Realism statistics of Telecom-style records, per user-day (docs/architecture.md section 5). No pyspark.
+"""Realism statistics of Telecom-style records, per user-day (docs/architecture.md section 5). No
+pyspark.
 
 Definitions (a user-day = one user's records on one calendar day of `start`):
 - `n_records`: records of the user-day;

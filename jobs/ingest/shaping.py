@@ -1,4 +1,5 @@
-"""Shape accepted points into trajectories and 48-slot days (docs/architecture.md section 5). No pyspark.
+"""Shape accepted points into trajectories and 48-slot days (docs/architecture.md section 5). No
+pyspark.
 
 Pure, vectorised pandas/numpy kernels (no Python loop per row): the same functions run on a
 whole small dataset in a unit test and on one hash bucket of users inside Spark's applyInPandas.

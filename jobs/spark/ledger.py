@@ -1,4 +1,5 @@
-"""The privacy ledger: append-only, complete, and the commit log of every release (docs/architecture.md 4).
+"""The privacy ledger: append-only, complete, and the commit log of every release
+(docs/architecture.md 4).
 
 Why one table for spend and commit state: the epsilon trajpriv prints must be what it did, even
 after a crash at any point. Every collection release goes through the same states, each an

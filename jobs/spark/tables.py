@@ -1,7 +1,7 @@
 """The table catalogue: every table's name, zone, partitioning and columns, in one module.
 
-This is the data model of docs/architecture.md section 3 in code. Each entry is a `Table`, a `str` (the
-qualified name, so `spark.table(T)` and f-strings take it as is) that also carries its zone,
+This is the data model of docs/architecture.md section 3 in code. Each entry is a `Table`, a `str`
+(the qualified name, so `spark.table(T)` and f-strings take it as is) that also carries its zone,
 partition columns and column types. `jobs.spark.catalog.write_table` / `append_table` take a
 `Table`, write it with its partitioning and refuse data whose columns differ from the entry, so
 a stage cannot drift from the catalogue silently. Stages import the tables they read and write

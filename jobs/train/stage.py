@@ -14,8 +14,8 @@ Steps (plan, then spend):
    artefacts on disk), else the job fails with the failing rank's message; staging removed.
 
 Why the summary check: with local_mode=True TorchDistributor returns whichever rank wrote its
-output last and swallows a failing rank (measured, docs/architecture.md section 6), so every rank returns the
-same summary and the driver checks it. A failing rank leaves `rank<r>.error`, a rank stopped
+output last and swallows a failing rank (docs/architecture.md section 6), so every rank returns
+the same summary and the driver checks it. A failing rank leaves `rank<r>.error`, a rank stopped
 after another `rank<r>.stopped`, a hard-killed one nothing: `rank_errors` reads them.
 
 Where the ranks run. train.local_mode=true (default): torchrun on the driver host. false: one

@@ -1,4 +1,5 @@
-"""Attacks on our own output (docs/architecture.md section 7): every privacy claim comes with an attack figure.
+"""Attacks on our own output (docs/architecture.md section 7): every privacy claim comes with an
+attack figure.
 
 - `membership.run_membership`: white-box membership inference on the per-user critics;
 - `lira.run_lira`: LiRA (Carlini et al. 2022) with shadow models, against the generator's policy

@@ -23,7 +23,8 @@ from jobs.spark.zones import check_read_only
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # Lab-notebook phrasing: figures belong to the benchmarks page, written by the benches.
-LAB_NOTES = re.compile(r"measured (on )?20\d\d-|this sitting|last session|\(was \d|, was \d+(\.\d+)? s")
+LAB_NOTES = re.compile(r"measured (on )?20\d\d-|this sitting|last session|\(was \d"
+                       r"|, was \d+(\.\d+)? s")
 
 
 def _pages() -> list[Path]:
