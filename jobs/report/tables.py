@@ -99,13 +99,7 @@ def mobility_table(evaluation: pd.DataFrame) -> pd.DataFrame:
     """Divergences (JSD, nats, lower is better) per (method, source, epsilon), with `baseline`:
     the uniform row each one is judged against (uniform random days for a synthetic model,
     the UNIFORM LDP mechanism at the same epsilon for a perturbed setting)."""
-    rows = named(evaluation)
-    rows = rows[rows["metric"].isin(MOBILITY_METRICS)]
-    if rows.empty:
-        return pd.DataFrame()
-    wide = _ordered(_wide(rows, ["name", "source", "epsilon", "metric"]))
-    cols = [m for m in MOBILITY_METRICS if m in wide.columns]
-    return wide[["name", "source", "epsilon", *cols]]
+    return _metrics_table(evaluation, MOBILITY_METRICS)
 
 
 def longrange_table(evaluation: pd.DataFrame) -> pd.DataFrame:
@@ -114,12 +108,17 @@ def longrange_table(evaluation: pd.DataFrame) -> pd.DataFrame:
     days' top motifs (closest to the real training days' row is best) and the next-place
     accuracies trained on the row's days (higher is better; the real training days' row is
     the reference, uniform random days the floor)."""
+    return _metrics_table(evaluation, LONGRANGE_METRICS)
+
+
+def _metrics_table(evaluation: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """One row per (method, source, epsilon), one column per metric of `metrics` present."""
     rows = named(evaluation)
-    rows = rows[rows["metric"].isin(LONGRANGE_METRICS)]
+    rows = rows[rows["metric"].isin(metrics)]
     if rows.empty:
         return pd.DataFrame()
     wide = _ordered(_wide(rows, ["name", "source", "epsilon", "metric"]))
-    cols = [m for m in LONGRANGE_METRICS if m in wide.columns]
+    cols = [m for m in metrics if m in wide.columns]
     return wide[["name", "source", "epsilon", *cols]]
 
 
