@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import jensenshannon
 
+from tests.udfs.test_mobility import day, js2
 from udfs.errors import InvalidParameterError, InvalidTrajectoryError
 from udfs.longrange import (
     HOME_BUCKETS,
@@ -29,17 +29,6 @@ from udfs.longrange import (
 
 LN2 = math.log(2)
 COORDS8 = np.column_stack([np.zeros(8), np.arange(8) * 0.01])
-
-
-def day(*runs: tuple[int, int]) -> np.ndarray:
-    """One 48-slot day from (location, length) runs."""
-    d = np.concatenate([np.full(n, loc) for loc, n in runs])
-    assert d.size == 48
-    return d
-
-
-def js2(p, q) -> float:
-    return float(jensenshannon(np.asarray(p, float), np.asarray(q, float)) ** 2)
 
 
 # Hand-made days over locations 0..7 (home = slot 0's place)
