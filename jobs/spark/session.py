@@ -202,6 +202,8 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     settings = {**_BASE_CONF, **catalog_conf(cfg), **{k: str(v) for k, v in cfg.spark.conf.items()}}
     quiet_jvm_logs({"spark.master": cfg.spark.master, "spark.app.name": cfg.spark.app_name,
                     **settings}, jvm_log_path(root))
+    if shared:
+        jdbc_driver_in_running_jvm(cfg)
     builder = SparkSession.builder.master(cfg.spark.master).appName(cfg.spark.app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -210,6 +212,35 @@ def get_spark(cfg: Config, readonly: bool = False, serving: bool = False) -> Spa
     ensure_databases(spark, cfg, clean_staging=writer)
     check_catalog_in_root(spark, root, (RAW_DB, TRUSTED_DB, PUB_DB))
     return spark
+
+
+def jdbc_driver_in_running_jvm(cfg: Config) -> None:
+    """Under spark-submit, the PostgreSQL JDBC driver for the Hive client, from
+    `catalog.jdbc_jar`.
+
+    Why: spark-submit starts the driver JVM before this process reads its config, so the
+    `spark.driver.extraClassPath` of `postgres_conf` comes too late for its class path, and
+    Hive failed ("org.postgresql.Driver was not found in the CLASSPATH"; the DAG's stages with
+    the PostgreSQL metastore on a standalone cluster). The jar is added to the class loader
+    spark-submit gives the application (which Hive's client resolves classes through) and the
+    driver registered through Spark's JDBC DriverRegistry: java.sql.DriverManager refuses a
+    driver its caller's class loader cannot see, and Spark's wrapper is one it can. A JVM this
+    process launched has the jar on its class path already; a jar also on the command line
+    (`--driver-class-path`) is harmless twice."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # the JVM is not spark-submit's
+        return
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    jvm = SparkContext._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    mutable = jvm.java.lang.Class.forName("org.apache.spark.util.MutableURLClassLoader")
+    if loader is None or not mutable.isInstance(loader):
+        log.debug("no mutable class loader to add %s to", cfg.catalog.jdbc_jar)
+        return
+    loader.addURL(jvm.java.io.File(str(cfg.catalog.jdbc_jar)).toURI().toURL())
+    jvm.org.apache.spark.sql.execution.datasources.jdbc.DriverRegistry.register(
+        "org.postgresql.Driver")
 
 
 def check_root(root: Path, min_free_mb: float) -> None:

@@ -80,10 +80,14 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[str, Path, Path, dict[str, str]]]:
-    """A standalone master and one worker on 127.0.0.1 (ports picked by the OS): the master URL,
-    the master's log, the worker's folder, and the environment the daemons run with."""
+@contextlib.contextmanager
+def standalone_cluster(tmp_path: Path, workers: int = 1
+                       ) -> Iterator[tuple[str, Path, Path, dict[str, str]]]:
+    """A standalone master and `workers` workers on 127.0.0.1 (ports picked by the OS), each
+    worker one core and 1 GiB for executors, all sharing one work folder (an executor's folder
+    there is app-<id>/<executor id>/, unique per application): the master URL, the master's
+    log, the work folder, and the environment the daemons run with. Every daemon is stopped
+    (its process group killed) on the way out, also when a start fails."""
     jit = os.environ.get("SPARK_SUBMIT_OPTS", "")
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "TRAJPRIV_HOME", "SPARK_CONF_DIR")}
@@ -98,15 +102,26 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, Path, Path, dict[str, str]]]:
         procs.append(_daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                               "--port", "0", "--webui-port", "0"], master_log, env))
         url = _wait_for(master_log, procs[0], r"Starting Spark master at (spark://[\d.]+:\d+)")[1]
-        worker_log = tmp_path / "worker.log"
-        procs.append(_daemon(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                              "--port", "0", "--webui-port", "0", "--cores", "1", "--memory",
-                              "1g", "--work-dir", str(work)], worker_log, env))
-        _wait_for(worker_log, procs[1], "Successfully registered with master")
+        started = []
+        for i in range(workers):  # all started, then each awaited: their JVMs start together
+            worker_log = tmp_path / ("worker.log" if i == 0 else f"worker{i}.log")
+            procs.append(_daemon(["org.apache.spark.deploy.worker.Worker", url, "--host",
+                                  "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1",
+                                  "--memory", "1g", "--work-dir", str(work)], worker_log, env))
+            started.append((worker_log, procs[-1]))
+        for worker_log, proc in started:
+            _wait_for(worker_log, proc, "Successfully registered with master")
         yield url, master_log, work, env
     finally:
         for proc in reversed(procs):
             _stop(proc)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[str, Path, Path, dict[str, str]]]:
+    """A standalone master and one worker (`standalone_cluster`)."""
+    with standalone_cluster(tmp_path) as started:
+        yield started
 
 
 def _python_without_checkout(tmp_path: Path) -> Path:
