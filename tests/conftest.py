@@ -77,7 +77,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # fresh clone, quiet; 2026-12-04). They only order the files (longest first): a stale figure
 # costs minutes of imbalance at the end, never a wrong result.
 FILE_SECONDS = {
-    "tests/airflow/test_dag_run.py": 610,
+    "tests/airflow/test_dag_run.py": 650,
+    "tests/reliability/test_standalone_pipeline.py": 200,
+    "tests/jobs/test_endpoints.py": 200,
     "tests/reliability/test_collect_crash_sweep.py": 350,
     "tests/jobs/test_collect_spark.py": 255,
     "tests/jobs/test_train_spark.py": 185,
@@ -88,6 +90,8 @@ FILE_SECONDS = {
     "tests/reliability/test_postgres_metastore.py": 140,
     "tests/reliability/test_first_write_kill.py": 115,
     "tests/jobs/test_evaluate_attacks.py": 80,
+    "tests/jobs/test_train_markov_spark.py": 75,
+    "tests/jobs/test_evaluate_longrange.py": 60,
     "tests/jobs/test_sql_server.py": 55,
     "tests/jobs/test_catalog.py": 50,
     "tests/jobs/test_cluster_submit.py": 40,

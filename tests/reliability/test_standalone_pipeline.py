@@ -59,7 +59,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 RUN_LIMIT_S = 1800  # `trajpriv run`, all stages: a hang guard, not an expectation
 SUBMIT_LIMIT_S = 600
-RUN_ID = "trajpriv_pipeline-20260105"  # what the DAG passes as --run-id
+RUN_ID = "trajpriv_pipeline-20260105-report"  # what the DAG passes to its report task
 # The embedded default at a fraction of its size (as tests/airflow/test_dag_run.py's SMALL), a
 # one-setting study, and learned training whose two ranks are barrier tasks on the executors.
 SMALL = ["datagen.users=60", "datagen.days=7", "datagen.partitions=2",
