@@ -49,6 +49,16 @@ def test_the_site_builds_strictly_with_every_page_in_the_nav(site: Path) -> None
         assert (site / page).is_file(), page
 
 
+def test_the_site_loads_nothing_from_elsewhere(site: Path) -> None:
+    """Read offline as it is read online: no page pulls a script, a style sheet or a font from
+    another host (Material's Google fonts and mermaid's CDN script did)."""
+    external = re.compile(r"""<(?:script|link)[^>]+(?:src|href)=["']https?://""")
+    pages = sorted(site.rglob("*.html"))
+    assert pages
+    assert [str(p.relative_to(site)) for p in pages if external.search(p.read_text())] == []
+    assert "raw zone (owner only)" in (site / "index.html").read_text()  # the zones diagram
+
+
 def test_generated_reference_is_never_stale(site: Path) -> None:
     """The reference pages are generated at build time; they carry what the code says now."""
     tables_html = (site / "reference/tables/index.html").read_text()
