@@ -679,8 +679,9 @@ class ServeConfig(_Section):
 class Config(_Section):
     """The whole pipeline. `dataset` names the rows every stage reads and writes."""
 
-    dataset: str = "synthetic"
-    seed: int = Field(20260601, ge=0)  # numpy SeedSequence entropy must be >= 0
+    dataset: str = "synthetic"  # the rows' name in every table (a partition): one per source
+    # every draw of every stage derives from it (keyed per stage, setting and user); >= 0
+    seed: int = Field(20260601, ge=0)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
