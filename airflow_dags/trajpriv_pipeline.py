@@ -180,11 +180,11 @@ def _override(param: str, key: str) -> str:
     )
 
 
-# Arguments every stage gets after its name and run id (its config is one whole, validated by
-# each stage at start). Optional params render to an empty argument, which StageSubmitOperator
-# drops.
+# Arguments every stage gets after its name, config and run id (its config is one whole,
+# validated by each stage at start). Optional params render to an empty argument, which
+# StageSubmitOperator drops.
+CONFIG_ARG = "--config={{ project_path(project_dir(params), params.config) }}"
 STAGE_ARGS = [
-    "--config={{ project_path(project_dir(params), params.config) }}",
     # The data interval as the collection window (quoted: YAML would read a bare date).
     "{% if params.collect_interval == 'data_interval' %}"
     "--set=collect.window_start={{ data_interval_start | ds | tojson }}\n"
@@ -299,8 +299,8 @@ def _stage(stage: str, **kwargs: Any) -> StageSubmitOperator:
         task_id=stage,
         conn_id=SPARK_CONN_ID,
         application="{{ project_dir(params) }}/jobs/submit.py",
-        application_args=[stage, STAGE_ARGS[0], f"--run-id={DAG_ID}-{{{{ ds_nodash }}}}-{stage}",
-                          *STAGE_ARGS[1:]],
+        application_args=[stage, CONFIG_ARG, f"--run-id={DAG_ID}-{{{{ ds_nodash }}}}-{stage}",
+                          *STAGE_ARGS],
         py_files="{{ params.py_files }}",
         # The driver JVM is spark-submit's here: make Derby's metastore files private to the
         # owner from the start (the stages also tighten the data root at start and stop).

@@ -156,11 +156,10 @@ class ATP(RecordedMechanism):
         directions 9/16 evenly over n-1 k-RR draws, points 3/16 evenly over n EM draws in the
         region (Theorem 5.1). Calibration, region selection, fallbacks and combining use only
         perturbed values (post-processing). n = 1 (``single_point``): "one_copy" (default; a
-        deviation from docs/architecture.md, PROOF.md 2a): anchor 0, radius 0, point = the whole
-        eps, i.e.
+        deviation from the paper, PROOF.md 2a): anchor 0, radius 0, point = the whole eps, i.e.
         one EM draw over P (the anchor of one point is that point, so anchor and radius would
         re-spend budget on it);
-        "two_copies": the architecture's two copies, each anchor 1/16, radius 3/16, point 12/16 of
+        "two_copies": the paper's two copies, each anchor 1/16, radius 3/16, point 12/16 of
         eps/2.
     Citations: TP/ATP paper, Theorem 5.1 and Alg. 4-5; Li et al. 2020 (square wave).
     Runtime: one KD-tree query and O(n) look-ups per trajectory plus the TP step (see TP);

@@ -187,7 +187,7 @@ def single_point_perturb(space: LocationSpace, traj: np.ndarray, epsilon: float,
                          rng: Stream | np.random.Generator) -> np.ndarray:
     """Length-1 rows (N, 1) under the 'one_copy' rule: EM over P with the whole epsilon.
 
-    Deviation from docs/architecture.md (which runs two eps/2 copies and combines them): with one
+    Deviation from the TP/ATP paper (which runs two eps/2 copies and combines them): with one
     point there are no directions and (for ATP) the anchor is the point itself, so two copies only
     halve the budget of the one release that matters; Eq. 7 then picks one of the two draws.
     One EM draw at eps is eps-LDP on its own (PROOF.md section 2a); bench/reproduce_ldp.py
@@ -353,9 +353,8 @@ class TP(RecordedMechanism):
     Budget: two copies, eps/2 each; per copy a share r_dir (default 3/4) evenly over its n-1
         directions (k-RR), the rest evenly over its n points (EM). Sequential composition over
         2(2n-1) steps = eps (Theorem 4.1); combining is free. n = 1 (``single_point``):
-        "one_copy" (default; a deviation from docs/architecture.md, PROOF.md 2a) = one EM draw over
-        P with
-        the whole eps; "two_copies" = the architecture's two copies whose point gets eps/2 each.
+        "one_copy" (default; a deviation from the paper, PROOF.md 2a) = one EM draw over P with
+        the whole eps; "two_copies" = the paper's two copies whose point gets eps/2 each.
     Citations: Zhang et al., "Trajectory data collection with local differential privacy"
         (TP/ATP paper), Theorem 4.1; McSherry-Talwar 2007 (EM); Kairouz et al. 2014 (k-RR).
     Runtime: one vectorised pass over all trajectories of a call (any lengths, padded).
