@@ -43,9 +43,18 @@ envs: browser postgres-deps
 # The project's own bytecode first: where PYTHONDONTWRITEBYTECODE is set, every stage, worker
 # and rank process would compile the modules it imports again. A file that does not compile is
 # named here and fails its tests below.
+# The files come in an order shuffled with SHUFFLE_SEED (a new one each run unless given), so
+# a test that depends on another's leftovers fails on some run; the seed is printed first and
+# last: `make test SHUFFLE_SEED=N` replays that order. The end of the output has the 25 slowest
+# tests and the seconds of every file (tests/suite_timing.py).
+ifndef SHUFFLE_SEED
+SHUFFLE_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 test: envs
 	$(VPY) -m compileall -q jobs udfs models || true
-	$(VPY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
+	@echo "make test: files shuffled with seed $(SHUFFLE_SEED) (replay: make test SHUFFLE_SEED=$(SHUFFLE_SEED))"
+	$(VPY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25 \
+	  --shuffle-files $(SHUFFLE_SEED)
 
 # The report test renders report.html in a real headless browser: Debian's chromium.
 browser:

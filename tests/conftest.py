@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -48,6 +49,14 @@ def _use_jvm_archive(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Every test leaves the process as it found it (tests/process_guard.py).
+    from tests.process_guard import ProcessGuard
+
+    config.pluginmanager.register(ProcessGuard(), "process_guard")
+    if not hasattr(config, "workerinput"):  # the reporting process: per-file seconds
+        from tests.suite_timing import FileTimes
+
+        config.pluginmanager.register(FileTimes(), "suite_timing")
     # Under pytest-xdist, the controlling process starts it before the workers start.
     if (config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")
             and not config.option.collectonly):
@@ -98,10 +107,33 @@ FILE_SECONDS = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle-files", type=int, default=None, metavar="SEED",
+        help="shuffle the files within each of the suite's scheduling classes with this seed "
+             "(`make test` draws a new one each run and prints it: replay a failure with "
+             "`make test SHUFFLE_SEED=N`)")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("shuffle_files")
+    return None if seed is None else f"file order: shuffled with seed {seed}"
+
+
+def size_class(seconds: int) -> int:
+    """The scheduling class of a file from its measured seconds: the files over 5 minutes,
+    those over 100 s, the rest. A shuffle reorders files within a class only, so the longest
+    still start first (a 10-minute file started last would add its length to the wall time)."""
+    return 2 if seconds >= 300 else 1 if seconds >= 100 else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files that start no JVM first; then the others, longest first (`FILE_SECONDS`), then
     the rest of the files marked `slow`, then the rest; each file's tests together, otherwise
-    collection order.
+    collection order. With `--shuffle-files SEED` the files of each class (no JVM; JVM by
+    `size_class`, slow or not) come in an order drawn from SEED instead: which files precede
+    which on a worker changes from run to run, so a test that depends on another file's
+    leftovers fails on some seed (and tests/process_guard.py names what was left).
 
     Under `make test` (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) each worker takes
     the next file from this order when it is nearly done with its own. The JVM-free files run
@@ -125,11 +157,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _starts_a_jvm(item):
             jvm_file.add(file_of(item))
 
-    def order(item: pytest.Item) -> tuple:
-        f = file_of(item)
-        if f not in jvm_file:
-            return (0, 0, False, first_index[f])
-        return (1, -FILE_SECONDS.get(f, 0), f not in slow_file, first_index[f])
+    seed = config.getoption("shuffle_files", None)
+    if seed is not None:
+        files = sorted(first_index)
+        random.Random(seed).shuffle(files)
+        drawn = {f: i for i, f in enumerate(files)}
+
+        def order(item: pytest.Item) -> tuple:
+            f = file_of(item)
+            if f not in jvm_file:
+                return (0, 0, False, drawn[f])
+            return (1, -size_class(FILE_SECONDS.get(f, 0)), f not in slow_file, drawn[f])
+    else:
+        def order(item: pytest.Item) -> tuple:
+            f = file_of(item)
+            if f not in jvm_file:
+                return (0, 0, False, first_index[f])
+            return (1, -FILE_SECONDS.get(f, 0), f not in slow_file, first_index[f])
 
     items.sort(key=order)
     # A serial run builds the JVM archive when it will start a JVM at all.

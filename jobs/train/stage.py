@@ -172,17 +172,13 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
     from jobs.train.log_server import bound_log_server
     from models.distributed import run_rank
 
-    root = str(Path(__file__).resolve().parents[1])  # ranks are fresh interpreters
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p]])
     distributor = TorchDistributor(num_processes=world, local_mode=cfg.train.local_mode,
                                    use_gpu=cfg.train.use_gpu)
     if distributor.num_processes != world:  # TorchDistributor lowers it to the GPUs it sees
         raise ConfigError(f"TorchDistributor would run {distributor.num_processes} rank(s), not "
                           f"train.num_processes={world}: declare one GPU per rank to Spark")
-    with (warnings.catch_warnings(), rank_threads(world if cfg.train.local_mode else 1),
-          bound_log_server()):
+    with (warnings.catch_warnings(), rank_import_path(),
+          rank_threads(world if cfg.train.local_mode else 1), bound_log_server()):
         # pyspark leaves the torchrun process's stdout pipe unclosed: a ResourceWarning when it
         # is collected. Known and harmless; ignored here only, with the collection done inside.
         warnings.filterwarnings("ignore", category=ResourceWarning)
@@ -190,6 +186,26 @@ def launch(spark, cfg: Config, job, world: int) -> Any:
             return distributor.run(run_rank, job)
         finally:
             gc.collect()
+
+
+@contextlib.contextmanager
+def rank_import_path():
+    """The project's root first on PYTHONPATH for the launched ranks (fresh interpreters that
+    import jobs and models), for the launch only: the driver's environment is restored after."""
+    root = str(Path(__file__).resolve().parents[2])
+    before = os.environ.get("PYTHONPATH")
+    paths = [p for p in (before or "").split(os.pathsep) if p]
+    if root in paths:
+        yield
+        return
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 @contextlib.contextmanager

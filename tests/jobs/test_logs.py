@@ -223,7 +223,10 @@ def test_verbose_is_an_option_of_every_stage(monkeypatch):
     from jobs import harness
     from jobs.spark.session import verbose
 
-    monkeypatch.delenv("TRAJPRIV_VERBOSE", raising=False)
+    # setenv first: delenv of an unset variable records nothing to undo, and apply_verbose
+    # sets it below (it leaked into every later test of the worker, which then ran verbose)
+    monkeypatch.setenv("TRAJPRIV_VERBOSE", "")
+    monkeypatch.delenv("TRAJPRIV_VERBOSE")
     harness.apply_verbose(harness.build_parser("collect").parse_args([]))
     assert not verbose()
     levels = {name: logging.getLogger(name).level for name in ("trajpriv", "jobs", "models")}
