@@ -667,13 +667,20 @@ class ServeConfig(_Section):
     """The analysts' endpoints of `trajpriv serve` over the published zone: Spark's Thrift
     JDBC/ODBC server (HiveServer2 protocol) on `host:port` and Spark Connect on
     `host:connect_port`. `auth` is HiveServer2's `hive.server2.authentication` (NONE: a user
-    name, no password; LDAP, KERBEROS or CUSTOM with their settings in `hiveconf`)."""
+    name, no password; LDAP, KERBEROS or CUSTOM with their settings in `hiveconf`).
+    `query_timeout_s`: a query running longer is cancelled (its error names this setting);
+    `max_result_mb`: the most a query's collected result may hold on the driver
+    (spark.driver.maxResultSize); `scratch`: the endpoints' own writable folder (logs, Hive
+    scratch, pid file), 0700, default `/tmp/trajpriv-<uid>`."""
 
     host: str = "localhost"
     port: int = Field(10000, ge=1, le=65535)
     connect_port: int = Field(15002, ge=1, le=65535)
     auth: Literal["NONE", "NOSASL", "LDAP", "KERBEROS", "CUSTOM"] = "NONE"
     hiveconf: dict[str, str] = Field(default_factory=dict)
+    query_timeout_s: int = Field(900, ge=1)
+    max_result_mb: int = Field(256, ge=1)
+    scratch: Path | None = None
 
 
 class Config(_Section):

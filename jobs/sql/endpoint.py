@@ -42,26 +42,43 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+def scratch_dir(cfg) -> Path:
+    """The endpoints' own folder (pid file, log, Hive scratch, compiled guard): `serve.scratch`,
+    else `/tmp/trajpriv-<uid>`; 0700, this account's own."""
+    if cfg.serve.scratch is None:
+        return runtime_dir()
+    folder = Path(cfg.serve.scratch).resolve()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():
+        raise ServerError(f"serve.scratch {folder} is not this account's own folder")
+    os.chmod(folder, 0o700)
+    return folder
+
+
 def pid_path(cfg) -> Path:
-    return runtime_dir() / f"serve-{cfg.serve.port}.pid"
+    return scratch_dir(cfg) / f"serve-{cfg.serve.port}.pid"
 
 
 def log_path(cfg) -> Path:
-    return runtime_dir() / f"serve-{cfg.serve.port}.log"
+    return scratch_dir(cfg) / f"serve-{cfg.serve.port}.log"
 
 
-GUARD_SOURCE = Path(__file__).resolve().parent / "java" / "PublishedOnly.java"
+GUARD_SOURCES = Path(__file__).resolve().parent / "java"
 GUARD_CLASS = "trajpriv.PublishedOnly"
+CONNECT_GATE_CLASS = "trajpriv.ConnectGate"
+TIMEOUT_CONF = "spark.trajpriv.serve.queryTimeoutSeconds"  # read by QueryLimits.java
 
 
-def guard_classes() -> Path:
-    """The compiled `PublishedOnly` guard (a Spark session extension), built with the JDK's
-    javac against pyspark's jars once per source version, in a folder of this account's own."""
+def guard_classes(cfg) -> Path:
+    """The compiled guard (`PublishedOnly`, a Spark session extension; `QueryLimits`;
+    `ConnectGate`, a Spark Connect interceptor), built with the JDK's javac against pyspark's
+    jars once per version of the sources, in the endpoints' own folder."""
     import hashlib
 
-    source = GUARD_SOURCE.read_bytes()
-    folder = runtime_dir() / f"guard-{hashlib.sha256(source).hexdigest()[:16]}"
-    if (folder / "trajpriv" / "PublishedOnly.class").exists():
+    sources = sorted(GUARD_SOURCES.glob("*.java"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources))
+    folder = scratch_dir(cfg) / f"guard-{digest.hexdigest()[:16]}"
+    if all((folder / "trajpriv" / f"{p.stem}.class").exists() for p in sources):
         return folder
     from jobs.spark.relocation import _java
 
@@ -71,10 +88,10 @@ def guard_classes() -> Path:
                           f"beside {_java()}: install the JDK (openjdk-17-jdk-headless)")
     tmp = folder.with_name(folder.name + f".{os.getpid()}")
     out = subprocess.run([str(javac), "-nowarn", "-d", str(tmp), "-cp",
-                          str(spark_home() / "jars" / "*"), str(GUARD_SOURCE)],
+                          str(spark_home() / "jars" / "*"), *map(str, sources)],
                          capture_output=True, text=True, timeout=600, check=False)
     if out.returncode != 0:
-        raise ServerError(f"compiling {GUARD_SOURCE.name} failed: "
+        raise ServerError(f"compiling the guard ({GUARD_SOURCES}) failed: "
                           f"{' | '.join(out.stderr.strip().splitlines()[:3])}")
     try:
         os.replace(tmp, folder)
@@ -85,12 +102,14 @@ def guard_classes() -> Path:
 
 def settings(cfg) -> dict[str, str]:
     """The driver's Spark settings: trajpriv's base settings, the analysts' catalog, the
-    config's `spark.conf`, the read-only guard, and Spark Connect's plugin and address."""
+    config's `spark.conf`, then what no config may loosen: the guard, Spark Connect's plugin,
+    address and gate, FAIR scheduling (PublishedOnly gives each session a pool), the limits,
+    no SQL scripting and no Python worker reuse across queries."""
     from jobs.spark.session import _BASE_CONF, analyst_conf
 
     user = {k: str(v) for k, v in cfg.spark.conf.items()}
     catalog = analyst_conf(cfg)
-    classpath = os.pathsep.join(p for p in (str(guard_classes()),
+    classpath = os.pathsep.join(p for p in (str(guard_classes(cfg)),
                                             catalog.get("spark.driver.extraClassPath")) if p)
     return {**_BASE_CONF, **catalog, **user,
             "spark.driver.extraClassPath": classpath,
@@ -98,7 +117,14 @@ def settings(cfg) -> dict[str, str]:
             "spark.app.name": "trajpriv endpoints",
             "spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": cfg.serve.host,
-            "spark.connect.grpc.binding.port": str(cfg.serve.connect_port)}
+            "spark.connect.grpc.binding.port": str(cfg.serve.connect_port),
+            "spark.connect.grpc.interceptor.classes": CONNECT_GATE_CLASS,
+            "spark.scheduler.mode": "FAIR",
+            "spark.driver.maxResultSize": f"{cfg.serve.max_result_mb}m",
+            TIMEOUT_CONF: str(cfg.serve.query_timeout_s),
+            "spark.sql.scripting.enabled": "false",
+            "spark.sql.runSQLOnFiles": "false",
+            "spark.sql.legacy.setCommandRejectsSparkCoreConfs": "true"}
 
 
 def hiveconf(cfg, scratch: Path) -> dict[str, str]:
@@ -160,7 +186,7 @@ def start(cfg, wait: bool = False) -> int:
     if pid is not None:
         raise ServerError(f"the endpoints of port {cfg.serve.port} already run (pid {pid}); "
                           "`trajpriv serve --stop` first")
-    scratch = runtime_dir() / f"serve-{cfg.serve.port}"
+    scratch = scratch_dir(cfg) / f"serve-{cfg.serve.port}"
     scratch.mkdir(mode=0o700, exist_ok=True)
     os.umask(0o077)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": str(spark_home())}
