@@ -7,7 +7,9 @@ a password (only the analysts' role may log in without one), and runs `trajpriv 
 analyst; elsewhere the endpoints run as this user and the two-principal test skips, saying why.
 Each client (beeline, impyla's DB-API, Spark Connect, `trajpriv sql`) reads a published table
 and is refused a raw one; the analyst account reads every published table and view and no raw
-or trusted row by any path.
+or trusted row by any path. The red-team catalogue (tests/jobs/endpoint_attacks.py) sends
+every construct that would run user code or reach past the published tables through each
+client, and the fairness test runs short queries beside a runaway one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from jobs.config import load_config
 from jobs.spark import metastore_pg
 from jobs.sql import client, endpoint
 from tests.conftest import JVM_OPTS
+from tests.jobs.endpoint_attacks import CONNECT_ATTACKS, CONNECT_RUNNER, SQL_ATTACKS, slug
 from tests.reliability.test_postgres_metastore import (
     _free_ports,
     _needs_postgres,
@@ -40,6 +43,10 @@ from tests.reliability.test_postgres_metastore import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+#: The endpoints' per-query limit in this module: long enough for every other query here on a
+#: loaded machine, short enough for the fairness test to see the runaway query cancelled.
+QUERY_TIMEOUT_S = 40
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYST, GROUP = "trajpriv_t_analyst", "trajpriv_t_analysts"
@@ -154,7 +161,8 @@ def served():
         sets = [f"storage.root={base / 'data'}", "spark.master=local[2]",
                 "spark.conf.spark.sql.shuffle.partitions=1", "spark.conf.spark.driver.memory=1g",
                 "catalog.metastore=postgres", f"catalog.postgres_url={url}",
-                f"serve.port={next(ports)}", f"serve.connect_port={next(ports)}"]
+                f"serve.port={next(ports)}", f"serve.connect_port={next(ports)}",
+                f"serve.query_timeout_s={QUERY_TIMEOUT_S}"]
         if two:
             _analyst_account()
             sets.append(f"publish.group={GROUP}")
@@ -216,7 +224,8 @@ def test_a_dbapi_client_reads_published_and_changes_nothing(served):
                     # the analysts' account may not list the warehouse; as the owner, the guard
                     "SELECT * FROM parquet.`" + str(cfg.storage.warehouse) + "`":
                         "Permission denied|refused: it reads files directly"}
-        cur.execute("SET spark.sql.runSQLOnFiles=true")  # a client may set it: the guard holds
+        with pytest.raises(Exception, match="refused: SET spark.sql.runSQLOnFiles"):
+            cur.execute("SET spark.sql.runSQLOnFiles=true")
         for query, why in refusals.items():
             with pytest.raises(Exception, match=why):
                 cur.execute(query)
@@ -346,3 +355,192 @@ def test_an_analyst_account_reads_the_published_zone_and_no_raw_row(served):
     for name in ("raw parquet", "trusted parquet"):
         assert result[name].startswith("ERROR") and "Permission denied" in result[name], result
     assert "secret" not in out.stdout and "1.5" not in out.stdout
+
+
+
+# --- the red-team catalogue (tests/jobs/endpoint_attacks.py) --------------------------------
+
+
+@pytest.fixture(scope="module")
+def attack_dir():
+    """Where the attacks' marker files would appear: a folder every account may write to, so
+    an attack that ran as the endpoints' account would leave its file."""
+    folder = Path(tempfile.mkdtemp(prefix="trajpriv-attacks-", dir="/tmp"))
+    os.chmod(folder, 0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sql_case(attack, via: str, folder: Path, cfg) -> tuple[str, Path]:
+    marker = folder / f"{via}-{slug(attack.name)}"
+    probe_path = cfg.storage.warehouse / "trajpriv_pub.db" / "locations"
+    return attack.code.format(marker=marker, probe_path=probe_path), marker
+
+
+def _left_nothing(marker: Path) -> list[str]:
+    return sorted(p.name for p in marker.parent.glob(marker.name + "*"))
+
+
+@pytest.fixture(scope="module")
+def beeline_attacks(served, attack_dir):
+    """{name: what beeline printed for that statement} from ONE beeline run (one JVM) of every
+    SQL attack, each followed by a probe of a published table (`--force`: go on after errors;
+    stderr into stdout, so each error sits between its neighbours' probes)."""
+    cfg, *_ = served
+    lines = []
+    for i, attack in enumerate(SQL_ATTACKS):
+        lines.append(_sql_case(attack, "beeline", attack_dir, cfg)[0] + ";")
+        lines.append(f"SELECT 'probe-{i}' AS probe, count(*) AS n FROM trajpriv_pub.locations;")
+    script = attack_dir / "attacks.sql"
+    script.write_text("\n".join(lines) + "\n")
+    os.chmod(script, 0o644)
+    out = subprocess.run([str(endpoint.spark_home() / "bin" / "beeline"), "-u",
+                          endpoint.jdbc_url(cfg), "-n", "analyst", "--silent=true",
+                          "--outputformat=csv2", "--force=true", "-f", str(script)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=600, env={**os.environ, "SPARK_HOME": str(endpoint.spark_home())})
+    segments, rest = {}, out.stdout
+    for i, attack in enumerate(SQL_ATTACKS):
+        before, sep, rest = rest.partition(f"probe-{i},3")
+        segments[attack.name] = before if sep else "NO PROBE ANSWER: " + before
+    return segments
+
+
+@pytest.fixture(scope="module")
+def connect_attacks(served, attack_dir):
+    """{name: {"error", "probe"}} of every SQL attack (`spark.sql`) and every DataFrame attack
+    from ONE Spark Connect client process."""
+    cfg, *_ = served
+    cases = []
+    for attack in SQL_ATTACKS:
+        sql, marker = _sql_case(attack, "connect", attack_dir, cfg)
+        cases.append(["sql", attack.name, sql, str(marker)])
+    for attack in CONNECT_ATTACKS:
+        cases.append(["df", attack.name, attack.code, str(attack_dir / f"df-{slug(attack.name)}")])
+    out = _run(["-c", CONNECT_RUNNER, endpoint.connect_url(cfg), json.dumps(cases)], False, ROOT)
+    assert "RESULT " in out.stdout, out.stderr[-4000:]
+    return json.loads(out.stdout.split("RESULT ", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def sql_cli_attacks(served, attack_dir):
+    """{name: (exit code, stdout, stderr)} of `trajpriv sql` per SQL attack, three at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cfg, sets, *_ = served
+    cmd = [sys.executable, "-m", "jobs.cli", "sql", "--format", "json",
+           *(f"--set={s}" for s in sets)]
+
+    def one(attack):
+        sql, _ = _sql_case(attack, "trajpriv-sql", attack_dir, cfg)
+        out = subprocess.run([*cmd, sql], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        return attack.name, (out.returncode, out.stdout, out.stderr)
+
+    with ThreadPoolExecutor(3) as pool:
+        return dict(pool.map(one, SQL_ATTACKS))
+
+
+@pytest.fixture(scope="module")
+def dbapi(served):
+    from impala.dbapi import connect
+
+    cfg, *_ = served
+    conn = connect(host=cfg.serve.host, port=cfg.serve.port, auth_mechanism="PLAIN",
+                   user="analyst", database="trajpriv_pub")
+    yield conn
+    conn.close()
+    gc.collect()
+
+
+def _dbapi_probe(conn) -> int:
+    cur = conn.cursor()
+    cur.execute("SELECT count(*) FROM trajpriv_pub.locations")
+    return cur.fetchall()[0][0]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("attack", SQL_ATTACKS, ids=lambda a: slug(a.name))
+@pytest.mark.parametrize("via", ["beeline", "dbapi", "connect", "trajpriv-sql"])
+def test_sql_attack_is_refused(via, attack, served, attack_dir, request):
+    """Each SQL construct of the catalogue, through each client: refused with its line, no
+    marker file on the server, and the endpoints answer the next query."""
+    cfg, *_ = served
+    sql, marker = _sql_case(attack, via, attack_dir, cfg)
+    if via == "beeline":
+        error = request.getfixturevalue("beeline_attacks")[attack.name]
+        assert not error.startswith("NO PROBE ANSWER"), error[-2000:]
+    elif via == "dbapi":
+        conn = request.getfixturevalue("dbapi")
+        with pytest.raises(Exception) as caught:
+            conn.cursor().execute(sql)
+        error = str(caught.value)
+        assert _dbapi_probe(conn) == 3
+    elif via == "connect":
+        result = request.getfixturevalue("connect_attacks")[attack.name]
+        error = result["error"] or "NO ERROR"
+        assert result["probe"] == 3, result
+    else:
+        code, stdout, error = request.getfixturevalue("sql_cli_attacks")[attack.name]
+        assert code == 2 and stdout == "", (code, stdout, error)
+    assert re.search(attack.error, error), error[-2000:]
+    assert _left_nothing(marker) == []
+
+
+@pytest.mark.parametrize("attack", CONNECT_ATTACKS, ids=lambda a: slug(a.name))
+def test_connect_attack_is_refused(attack, connect_attacks, attack_dir):
+    """Each DataFrame construct of the catalogue over Spark Connect: refused, no marker file,
+    and the same session answers the next query."""
+    result = connect_attacks[attack.name]
+    assert result["error"] is not None and re.search(attack.error, result["error"]), result
+    assert result["probe"] == 3, result
+    assert _left_nothing(attack_dir / f"df-{slug(attack.name)}") == []
+
+
+FAIRNESS = """
+import json, statistics, sys, threading, time
+from pyspark.sql import SparkSession
+url = sys.argv[1]
+def short():
+    s = SparkSession.builder.remote(url).create()  # a client of its own: its own pool
+    t0 = time.monotonic()
+    rows = s.table("trajpriv_pub.locations").groupBy("dataset").count().collect()
+    took = time.monotonic() - t0
+    assert len(rows) == 2
+    s.stop()
+    return took
+short()  # the first query of a process warms the client
+alone = [short() for _ in range(10)]
+runaway = SparkSession.builder.remote(url).create()
+result = {}
+def run_away():
+    t0 = time.monotonic()
+    try:  # thousands of short tasks: FAIR hands each freed slot to the pool that waits
+        runaway.range(0, 4 * 10**11, 1, 20000).selectExpr("sum(id * 7 % 13)").collect()
+        result["error"] = None
+    except Exception as exc:
+        result["error"] = " ".join(str(exc).split())[:800]
+    result["runaway_s"] = time.monotonic() - t0
+thread = threading.Thread(target=run_away)
+thread.start()
+time.sleep(5)  # its stage is running
+busy = [short() for _ in range(10)]
+still_running = thread.is_alive()
+thread.join()
+print("RESULT " + json.dumps({"alone": alone, "busy": busy, "still_running": still_running,
+                              **result}))
+"""
+
+
+def test_short_queries_share_the_cores_with_a_runaway_one(served):
+    """With one runaway query running (FAIR pools, one per session), ten short published
+    queries from other clients answer each within twice the slowest of their times alone, and
+    the runaway query is cancelled at serve.query_timeout_s with a line naming it."""
+    cfg, *_ = served
+    out = _run(["-c", FAIRNESS, endpoint.connect_url(cfg)], False, ROOT)
+    assert "RESULT " in out.stdout, out.stderr[-4000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1])
+    print(json.dumps(result))  # the figures, for the record (-s)
+    assert result["still_running"], result
+    assert max(result["busy"]) <= 2 * max(result["alone"]), result
+    assert "serve.query_timeout_s" in (result["error"] or ""), result
+    assert QUERY_TIMEOUT_S <= result["runaway_s"] <= QUERY_TIMEOUT_S + 60, result
