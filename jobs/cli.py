@@ -31,7 +31,7 @@ USAGE = (
     "[--trusted] [--no-server]\n"
     "       trajpriv sql --stop\n"
     "       trajpriv budget [--config FILE] [--trusted] [--user USER_ID]\n"
-    "       trajpriv serve [--config FILE] [--stop] [--wait]"
+    "       trajpriv serve [--config FILE] [--stop] [--wait] [--print-systemd-unit]"
 )
 HELP = (USAGE + "\n\ncommands:\n"
         + "\n".join(f"  {name:<11} {text}" for name, text in harness.COMMAND_SUMMARY.items())
@@ -363,12 +363,23 @@ def run_serve(argv: list[str]) -> int:
     parser.add_argument("--stop", action="store_true", help="stop the running endpoints")
     parser.add_argument("--wait", action="store_true",
                         help="run in the foreground until stopped (a service manager's unit)")
+    parser.add_argument("--print-systemd-unit", action="store_true",
+                        help="print a hardened systemd unit that runs the endpoints as this "
+                             "account, and exit")
     args = parser.parse_args(argv)
     prog = "trajpriv serve"
     try:
         cfg = harness.load_config(args.config, args.overrides)
         from jobs.sql import endpoint
 
+        if args.print_systemd_unit:
+            from jobs.sql.unit import home_warning, unit_text
+
+            sys.stdout.write(unit_text(cfg, args.config, args.overrides))
+            warning = home_warning()
+            if warning:
+                print(f"{prog}: warning: {warning}", file=sys.stderr)
+            return 0
         if args.stop:
             pid = endpoint.stop(cfg)
             print(f"{prog}: stopped the endpoints (pid {pid})" if pid is not None
