@@ -1,7 +1,9 @@
 package trajpriv;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -12,8 +14,11 @@ import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
 import org.apache.spark.sql.catalyst.expressions.objects.Invoke;
+import org.apache.spark.sql.catalyst.expressions.objects.NewInstance;
 import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.command.SetCommand;
@@ -120,6 +125,10 @@ public class PublishedOnly implements Function1<SparkSessionExtensions, BoxedUni
   }
 
   static void check(LogicalPlan plan) {
+    if (isResultDecoder(plan)) {
+      checkResultDecoder((DeserializeToObject) plan);
+      return;
+    }
     plan.foreachWithSubqueries(node -> {
       checkNode(node);
       return BoxedUnit.UNIT;
@@ -159,8 +168,108 @@ public class PublishedOnly implements Function1<SparkSessionExtensions, BoxedUni
     });
   }
 
-  static void checkExpression(Expression x) {
-    String name = x.getClass().getName();
+  static final String ENCODER = "org.apache.spark.sql.catalyst.encoders.ExpressionEncoder";
+
+  /**
+   * Whether `plan` is the one a result's decoder is bound with, not a query: to turn the rows of
+   * an already checked query into Java Rows (the Thrift server's collect, Dataset.showString
+   * for Connect's show), ExpressionEncoder.resolveAndBind analyzes DeserializeToObject over an
+   * empty LocalRelation of the query's output attributes with the session's analyzer, so this
+   * rule sees it too. It reads nothing and runs on no rows; its deserializer is Spark's, built
+   * from the output's types. Both must hold: that shape, and this check called by
+   * resolveAndBind itself (the first frame past the analyzer), which analyzes nothing but that
+   * shape. A user's plan is analyzed from Dataset.ofRows, so neither SQL nor a Connect plan can
+   * reach this exemption; and what it admits is still checked (checkResultDecoder).
+   */
+  static boolean isResultDecoder(LogicalPlan plan) {
+    if (!(plan instanceof DeserializeToObject)
+        || !(((DeserializeToObject) plan).child() instanceof LocalRelation)) {
+      return false;
+    }
+    LocalRelation rows = (LocalRelation) ((DeserializeToObject) plan).child();
+    return rows.data().isEmpty() && !rows.isStreaming() && calledByResolveAndBind();
+  }
+
+  static boolean calledByResolveAndBind() {
+    return StackWalker.getInstance().walk(frames -> frames
+        .filter(f -> !f.getClassName().startsWith("trajpriv.")
+            && !f.getClassName().startsWith(ANALYSIS) && !f.getClassName().startsWith("scala."))
+        .findFirst()
+        .map(f -> f.getClassName().equals(ENCODER) && f.getMethodName().equals("resolveAndBind"))
+        .orElse(false));
+  }
+
+  /**
+   * A result decoder's expressions: Spark's built-in ones, no user code or reflection, and its
+   * calls into Java (objects: CreateExternalRow, StaticInvoke of DateTimeUtils, MapObjects) only
+   * on the value classes of SQL types (DECODER_CLASSES), so the exemption cannot call anything
+   * else even if a later Spark built the decoder from other input.
+   */
+  static void checkResultDecoder(DeserializeToObject plan) {
+    plan.deserializer().foreach(x -> {
+      checkUserCode(x);
+      String name = x.getClass().getName();
+      if (!name.startsWith(EXPRESSIONS)) {
+        refuse("its result decoder uses " + x.getClass().getSimpleName());
+      }
+      if (name.startsWith(OBJECTS)) {
+        for (Class<?> target : decoderTargets(x)) {
+          if (!decoderClass(target)) {
+            refuse("its result decoder calls into " + target.getName());
+          }
+        }
+      }
+      return BoxedUnit.UNIT;
+    });
+    checkNode(plan.child());
+  }
+
+  /** The Java classes an objects expression calls or returns. */
+  static List<Class<?>> decoderTargets(Expression x) {
+    List<Class<?>> out = new ArrayList<>();
+    if (x.dataType() instanceof ObjectType) {
+      out.add(((ObjectType) x.dataType()).cls());
+    }
+    if (x instanceof StaticInvoke) {
+      out.add(((StaticInvoke) x).staticObject());
+    } else if (x instanceof Invoke) {
+      Object target = ((Invoke) x).targetObject().dataType();
+      if (target instanceof ObjectType) {
+        out.add(((ObjectType) target).cls());
+      }
+    } else if (x instanceof NewInstance) {
+      out.add(((NewInstance) x).cls());
+    }
+    return out;
+  }
+
+  /** Packages and classes of the Java values of SQL types (what a Row holds). */
+  static final String[] DECODER_CLASSES = {"org.apache.spark.sql.", "org.apache.spark.unsafe.",
+      "scala.collection.", "scala.math.", "scala.Option", "scala.Some", "scala.None",
+      "java.time.", "java.math.", "java.sql.Date", "java.sql.Timestamp", "java.lang.Object",
+      "java.lang.String", "java.lang.Boolean", "java.lang.Byte", "java.lang.Short",
+      "java.lang.Integer", "java.lang.Long", "java.lang.Float", "java.lang.Double",
+      "java.lang.Character"};
+
+  static boolean decoderClass(Class<?> cls) {
+    while (cls.isArray()) {
+      cls = cls.getComponentType();
+    }
+    if (cls.isPrimitive()) {
+      return true;
+    }
+    String name = cls.getName();
+    for (String allowed : DECODER_CLASSES) {
+      boolean match = allowed.endsWith(".") ? name.startsWith(allowed)
+          : (name.equals(allowed) || name.startsWith(allowed + "$"));
+      if (match) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  static void checkUserCode(Expression x) {
     String kind = x.getClass().getSimpleName();
     if (x instanceof UserDefinedExpression || kind.contains("UDF") || kind.contains("UDAF")
         || kind.contains("UDTF")) {
@@ -169,6 +278,12 @@ public class PublishedOnly implements Function1<SparkSessionExtensions, BoxedUni
     if (kind.startsWith("CallMethodViaReflection") || kind.equals("TryReflect")) {
       refuse("it calls Java methods (reflect, java_method)");
     }
+  }
+
+  static void checkExpression(Expression x) {
+    String name = x.getClass().getName();
+    String kind = x.getClass().getSimpleName();
+    checkUserCode(x);
     if (name.startsWith(OBJECTS)) {
       if (!sparkOwnCall(x)) {
         refuse("it calls into Java (" + kind + ")");
