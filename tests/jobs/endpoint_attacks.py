@@ -79,12 +79,12 @@ def u(s):
     return s
 return spark.range(1).select(u("id")).collect()"""),
     Attack("pandas UDAF (grouped aggregate)", """
+import pandas as pd
 from pyspark.sql.functions import pandas_udf
 @pandas_udf("double")
-def u(s: "pd.Series") -> float:
+def u(s: pd.Series) -> float:
     open(m, "w").write("x")
     return 0.0
-import pandas as pd
 return spark.range(3).groupBy().agg(u("id")).collect()"""),
     Attack("Python UDF inside a subquery", """
 from pyspark.sql.functions import udf, col
@@ -146,19 +146,14 @@ q = spark.readStream.format("rate").load().writeStream.foreachBatch(f).start()
 q.awaitTermination(5)
 return q.stop()"""),
     Attack("addArtifact (Python file)", """
-open(m + ".py", "w").write("x = 1\\n")
-return spark.addArtifacts(m + ".py", pyfile=True)"""),
+src = upload("a.py", "x = 1\\n")
+return spark.addArtifacts(src, pyfile=True)"""),
     Attack("addArtifact (jar)", """
-import zipfile
-zipfile.ZipFile(m + ".jar", "w").close()
-return spark.addArtifacts(m + ".jar")"""),
+return spark.addArtifacts(upload("a.jar"))"""),
     Attack("addArtifact (archive)", """
-import zipfile
-zipfile.ZipFile(m + ".zip", "w").close()
-return spark.addArtifacts(m + ".zip", archive=True)"""),
+return spark.addArtifacts(upload("a.zip"), archive=True)"""),
     Attack("addArtifact (file)", """
-open(m + ".txt", "w").write("x")
-return spark.addArtifacts(m + ".txt", file=True)"""),
+return spark.addArtifacts(upload("a.txt", "x"), file=True)"""),
     Attack("spark.read.text (a path)", """
 return spark.read.text("/etc/hostname").collect()"""),
     Attack("spark.read.format('jdbc')", """
@@ -181,8 +176,16 @@ def slug(name: str) -> str:
 #: One Spark Connect client process for the whole catalogue: argv[1] the URL, argv[2] a JSON
 #: list of [kind, name, code, marker]; prints one JSON line: {name: {"error", "probe"}}.
 CONNECT_RUNNER = """
-import json, sys, textwrap
+import json, os, sys, tempfile, textwrap, zipfile
 from pyspark.sql import SparkSession
+CLIENT_FILES = tempfile.mkdtemp()  # what an addArtifacts call uploads: the client's own file
+def upload(name, text=None):
+    path = os.path.join(CLIENT_FILES, name)
+    if text is None:
+        zipfile.ZipFile(path, "w").close()
+    else:
+        open(path, "w").write(text)
+    return path
 spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
 out = {}
 for kind, name, code, marker in json.loads(sys.argv[2]):
@@ -191,7 +194,7 @@ for kind, name, code, marker in json.loads(sys.argv[2]):
         if kind == "sql":
             spark.sql(code).collect()
         else:
-            scope = {}
+            scope = {"upload": upload}
             exec("def attack(spark, m):\\n" + textwrap.indent(code.strip(), "    "), scope)
             scope["attack"](spark, marker)
         result["error"] = None

@@ -1,4 +1,5 @@
-"""`trajpriv serve --print-systemd-unit` and the endpoints' own folder (no Spark, no JVM)."""
+"""`trajpriv serve --print-systemd-unit`, the endpoints' own folder and the analysts' page (no
+Spark, no JVM)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,12 @@ def test_the_endpoints_scratch_is_private(tmp_path):
     assert folder == (tmp_path / "scratch").resolve()
     assert folder.stat().st_mode & 0o777 == 0o700
     assert endpoint.log_path(cfg).parent == folder and endpoint.pid_path(cfg).parent == folder
+
+
+def test_the_analysts_page_lists_every_construct_of_the_catalogue():
+    """docs/operations/analysts.md names what the red-team catalogue sends, case for case."""
+    from tests.jobs.endpoint_attacks import CONNECT_ATTACKS, SQL_ATTACKS
+
+    page = (ROOT / "docs" / "operations" / "analysts.md").read_text()
+    missing = [a.name for a in (*SQL_ATTACKS, *CONNECT_ATTACKS) if f"- {a.name}\n" not in page]
+    assert missing == []
