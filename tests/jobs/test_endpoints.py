@@ -523,22 +523,30 @@ def short():
 short()  # the first query of a process warms the client
 alone = [short() for _ in range(10)]
 runaway = SparkSession.builder.remote(url).create()
+running = threading.Event()
+def progress(stages, inflight_tasks, operation_id, done):  # the server's progress reports
+    if inflight_tasks > 0 or any(st.num_completed_tasks for st in stages or ()):
+        running.set()
+runaway.registerProgressHandler(progress)
 result = {}
 def run_away():
     t0 = time.monotonic()
-    try:  # thousands of short tasks: FAIR hands each freed slot to the pool that waits
-        runaway.range(0, 4 * 10**11, 1, 20000).selectExpr("sum(id * 7 % 13)").collect()
+    try:  # 200,000 tasks of milliseconds: FAIR hands each freed slot to the pool that waits
+        runaway.range(0, 4 * 10**10, 1, 200000).selectExpr("sum(id * 7 % 13)").collect()
         result["error"] = None
     except Exception as exc:
         result["error"] = " ".join(str(exc).split())[:800]
     result["runaway_s"] = time.monotonic() - t0
+    running.set()  # ended (its error says how): the main thread stops waiting
 thread = threading.Thread(target=run_away)
 thread.start()
-time.sleep(5)  # its stage is running
+running.wait(600)  # its tasks are running (a hang guard, not an expectation)
+started_busy = thread.is_alive()
 busy = [short() for _ in range(10)]
 still_running = thread.is_alive()
 thread.join()
-print("RESULT " + json.dumps({"alone": alone, "busy": busy, "still_running": still_running,
+print("RESULT " + json.dumps({"alone": alone, "busy": busy, "started_busy": started_busy,
+                              "still_running": still_running,
                               **result}))
 """
 
@@ -552,7 +560,7 @@ def test_short_queries_share_the_cores_with_a_runaway_one(served):
     assert "RESULT " in out.stdout, out.stderr[-4000:]
     result = json.loads(out.stdout.split("RESULT ", 1)[1])
     print(json.dumps(result))  # the figures, for the record (-s)
-    assert result["still_running"], result
+    assert result["started_busy"] and result["still_running"], result  # busy throughout
     assert max(result["busy"]) <= 2 * max(result["alone"]), result
     assert "serve.query_timeout_s" in (result["error"] or ""), result
     assert QUERY_TIMEOUT_S <= result["runaway_s"] <= QUERY_TIMEOUT_S + 60, result
