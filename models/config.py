@@ -20,7 +20,7 @@ PILOTS = ("history", "laplace")
 DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the config's
 MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
-DESTINATIONS = ("public", "learned")
+DESTINATIONS = ("public", "learned", "residual")
 PRETRAINS = ("none", "markov")
 
 

@@ -30,7 +30,7 @@ from models.config import TrainConfig
 from models.env import DestPrior, MobilityEnv
 from models.features import expert_trajectories
 from models.markov import MarkovModel, Plan, calibrate
-from models.policy import NEG, PolicyNet, _dest_log_prob, moving_rows
+from models.policy import NEG, PolicyNet, moving_rows
 from models.ppo import ctx_rows, dest_context_of, obs_of
 from models.starts import kd_levels
 
@@ -70,8 +70,7 @@ def _bc_loss(policy: PolicyNet, env: MobilityEnv, obs: dict, acts: torch.Tensor,
     if policy.dest is not None:
         sel = moving_rows(acts)
         if sel.numel():
-            exp_l, ret_l = policy.dest(h[sel], ctx)
-            dlp = _dest_log_prob(exp_l, ret_l, ctx, acts[sel], tgts[sel])
+            dlp = policy.dest.log_prob(h[sel], ctx, acts[sel], tgts[sel])
             lp = lp.index_add(0, sel, torch.where(dlp > NEG / 2, dlp, torch.zeros_like(dlp)))
     return -lp.mean()
 
