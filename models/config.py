@@ -58,6 +58,9 @@ class TrainConfig:
     # distributions (rank k^-alpha among the K nearest; visit counts); "learned" = the policy's
     # destination head tilts them by distance-band features, trained by the same PPO on the
     # released rewards (models/policy.py; nothing private enters the policy)
+    # "residual" (needs pretrain="markov"): the policy is the DP Markov release's action and
+    # move tables plus a zero-initialised residual over every location (models/residual.py);
+    # its rounds are held near the release by kl_coef
     destination: str = "public"
     # critics
     critic_kind: str | None = None  # bce | wgan; None: the scheme's paper (PAPER_CRITIC)
@@ -89,6 +92,9 @@ class TrainConfig:
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
+    # weight of the KL(pi || P_release) penalty in each PPO update of a residual policy (0: off);
+    # the default is measured (docs/guides/private-pretraining.md)
+    kl_coef: float = 1.0
     # privacy
     delta: float = 1e-5
     target_epsilon: float | None = None
@@ -196,6 +202,11 @@ class TrainConfig:
                       else "must be finite and >= 0")
         if not 0 <= self.markov_dest_weight <= 1:
             raise bad("markov_dest_weight", "must lie in [0, 1]")
+        if self.kl_coef < 0 or not math.isfinite(self.kl_coef):
+            raise bad("kl_coef", "must be finite and >= 0")
+        if self.destination == "residual" and self.pretrain != "markov":
+            raise bad("destination", "the residual policy is parametrised on the DP Markov "
+                      "release: set pretrain='markov'")
         if self.pretrain == "markov":
             if self.privacy_model == "local":
                 raise bad("pretrain", "the Markov release is central (a trusted aggregator sums "

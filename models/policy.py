@@ -203,11 +203,16 @@ class PolicyNet(nn.Module):
         return logits.masked_fill(~obs["mask"], NEG), h
 
     def joint_log_prob(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor,
-                       ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi(a[, target] | s), entropy estimate) of flat steps (`joint_log_prob`)."""
+                       ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor,
+                       kl: bool = False) -> tuple:
+        """(log pi(a[, target] | s), entropy estimate) of flat steps (`joint_log_prob`); with
+        `kl`, also each row's KL to the release (`kl_to_release`; None unless residual)."""
         logits, h = self.logits_and_hidden(obs, coords_norm)
-        return joint_log_prob(logits, self.dest, h, ctx, actions, targets)
+        out = joint_log_prob(logits, self.dest, h, ctx, actions, targets)
+        if not kl:
+            return out
+        return (*out, self.kl_to_release(logits, h, obs, ctx, actions) if self.residual
+                else None)
 
     def distribution(self, obs: dict[str, torch.Tensor],
                      coords_norm: torch.Tensor) -> torch.distributions.Categorical:

@@ -10,7 +10,7 @@ import torch
 
 from models.env import STAY, MobilityEnv
 from models.markov import fit_markov
-from models.policy import PolicyNet
+from models.policy import PolicyNet, ValueNet
 from models.synthesis import synthesize
 from tests.models._toy import toy_data
 from udfs.mobility import jsd_metrics
@@ -69,3 +69,47 @@ def test_a_saved_residual_policy_restores_as_one(release):
     assert back.residual
     for k, v in pol.state_dict().items():
         assert torch.equal(v, back.state_dict()[k]), k
+
+
+@pytest.fixture
+def no_inductor_env(monkeypatch, tmp_path):
+    """torch's first optimiser step sets TORCHINDUCTOR_CACHE_DIR when it is unset: set it here,
+    so that monkeypatch's undo leaves the environment as it was."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+
+def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.ndarray:
+    """`rounds` PPO updates of the training loop's own code (`sharded_ppo_update`, one
+    process) on all-zero rewards, then N days of the policy."""
+    from models.ppo import PPOSettings, rollout
+    from models.train import ActorCritic, LocalComm, sharded_ppo_update
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        pol, val = residual_policy(coords, model), ValueNet(len(coords), 4, 4, 16)
+    module = ActorCritic(pol, val)
+    opt = torch.optim.Adam(module.parameters(), lr=3e-3)
+    s = PPOSettings(0.2, 0.99, 0.95, 4, 512, 0.01, 0.5, 0.5, kl_coef)
+    env, start = MobilityEnv(coords, 10), torch.as_tensor(model.start_probs).float()
+    g = torch.Generator()
+    g.manual_seed(1)
+    for _ in range(rounds):
+        ro = rollout(pol, val, env, torch.multinomial(start, 64, True, generator=g), g)
+        sharded_ppo_update(module, module, opt, ro, torch.zeros(64, 47), env, s, [g], 1,
+                           LocalComm())
+    return _policy_days(pol, coords, model, seed=2)
+
+
+def test_zero_reward_rounds_under_the_kl_penalty_keep_the_release_statistics(release,
+                                                                           no_inductor_env):
+    coords, model = release
+    out = within_noise(coords, model, _zero_reward_rounds(coords, model, kl_coef=1.0))
+    assert all(v <= bound for v, bound in out.values()), out
+
+
+def test_without_the_kl_penalty_zero_reward_rounds_drift(release, no_inductor_env):
+    """Companion: the same rounds with kl_coef 0 (value-net noise and the entropy bonus only)
+    leave the release's statistics, so the test above has power."""
+    coords, model = release
+    out = within_noise(coords, model, _zero_reward_rounds(coords, model, kl_coef=0.0))
+    assert any(v > bound for v, bound in out.values()), out
