@@ -22,6 +22,7 @@ MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
 DESTINATIONS = ("public", "learned", "residual")
 PRETRAINS = ("none", "markov")
+SHARE_UNITS = ("epsilon", "rho")
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ class TrainConfig:
     # Markov release and the rounds compose in one accountant (models/PROOF.md section 10)
     pretrain: str = "none"
     markov_share: float = 0.5
+    # the unit markov_share divides: "epsilon" = the release is calibrated alone to
+    # markov_share * target_epsilon; "rho" = the release gets markov_share of the privacy loss
+    # in the accountant's natural unit for Gaussians, 1/sigma^2 (additive under RDP / zCDP):
+    # with S the one Gaussian multiplier that spends target_epsilon, the release's multiplier is
+    # S / sqrt(markov_share) (0.9: about 5% more noise than S), the rounds get the rest
+    # (models/pretrain.py; Gaussian releases only)
+    markov_share_unit: str = "epsilon"
     bc_epochs: int = 1
     bc_days: int = 2000
     # the Markov release's own settings (utility choices, models.markov.fit_markov)
@@ -192,6 +200,11 @@ class TrainConfig:
                       "Markov release takes, the rest paying the rounds")
         if self.markov_mechanism not in MECHANISMS:
             raise bad("markov_mechanism", f"must be one of {MECHANISMS}")
+        if self.markov_share_unit not in SHARE_UNITS:
+            raise bad("markov_share_unit", f"must be one of {SHARE_UNITS}")
+        if self.markov_share_unit == "rho" and self.markov_mechanism != "gaussian":
+            raise bad("markov_share_unit", "a share of rho (1/sigma^2) is a share of Gaussian "
+                      "noise: set markov_mechanism='gaussian' or markov_share_unit='epsilon'")
         if self.bc_epochs < 0 or self.bc_days < 1 or self.markov_smooth < 0:
             name = ("bc_epochs" if self.bc_epochs < 0 else "bc_days" if self.bc_days < 1
                     else "markov_smooth")

@@ -21,6 +21,7 @@ O(bc_epochs * bc_days * 47) policy steps.
 from __future__ import annotations
 
 import functools
+import math
 
 import dp_accounting
 import numpy as np
@@ -29,6 +30,7 @@ import torch
 from models.config import TrainConfig
 from models.env import DestPrior, MobilityEnv
 from models.features import expert_trajectories
+from models.accounting import PrivacyAccountant
 from models.markov import MarkovModel, Plan, calibrate
 from models.policy import NEG, PolicyNet, moving_rows
 from models.ppo import ctx_rows, dest_context_of, obs_of
@@ -36,8 +38,32 @@ from models.starts import kd_levels
 
 
 def markov_epsilon(cfg: TrainConfig) -> float:
-    """The Markov release's own epsilon: its share of the target."""
-    return cfg.markov_share * float(cfg.target_epsilon)
+    """The Markov release's own epsilon: its share of the target (`markov_share_unit`
+    "epsilon"), or the epsilon of one Gaussian of multiplier S / sqrt(markov_share) ("rho"), S
+    the multiplier that alone spends the target. Why "rho" is the natural unit: under RDP a
+    Gaussian of multiplier m has RDP alpha / (2 m^2) at every order, so compositions add
+    1/m^2 exactly, and a Gaussian release composed of several (the Markov release's
+    components, `models.markov.Plan`) is one Gaussian of multiplier `Plan.scale`; giving the
+    release the share w of 1/S^2 is the multiplier S / sqrt(w), and the rounds' Gaussians
+    (noise found by `models.budget.noise_for_epsilon` with the release in the plan) take the
+    remaining (1 - w) / S^2. The calibration of the release to this epsilon
+    (`models.markov.calibrate`) then finds the multiplier S / sqrt(w) up to its tolerance."""
+    if cfg.markov_share_unit == "epsilon":
+        return cfg.markov_share * float(cfg.target_epsilon)
+    whole = gaussian_multiplier(float(cfg.target_epsilon), cfg.delta, cfg.accountant)
+    return _gaussian_epsilon(whole / math.sqrt(cfg.markov_share), cfg.delta, cfg.accountant)
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_multiplier(epsilon: float, delta: float, method: str) -> float:
+    """S: the smallest multiplier of one Gaussian whose accounted epsilon is <= epsilon."""
+    return calibrate("gaussian", 1, epsilon, delta, method).scale
+
+
+def _gaussian_epsilon(multiplier: float, delta: float, method: str) -> float:
+    acc = PrivacyAccountant(delta, None, method)
+    acc.spend(dp_accounting.GaussianDpEvent(multiplier))
+    return acc.epsilon()
 
 
 @functools.lru_cache(maxsize=64)

@@ -71,13 +71,6 @@ def test_a_saved_residual_policy_restores_as_one(release):
         assert torch.equal(v, back.state_dict()[k]), k
 
 
-@pytest.fixture
-def no_inductor_env(monkeypatch, tmp_path):
-    """torch's first optimiser step sets TORCHINDUCTOR_CACHE_DIR when it is unset: set it here,
-    so that monkeypatch's undo leaves the environment as it was."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-
-
 def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.ndarray:
     """`rounds` PPO updates of the training loop's own code (`sharded_ppo_update`, one
     process) on all-zero rewards, then N days of the policy."""
@@ -100,14 +93,13 @@ def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.n
     return _policy_days(pol, coords, model, seed=2)
 
 
-def test_zero_reward_rounds_under_the_kl_penalty_keep_the_release_statistics(release,
-                                                                           no_inductor_env):
+def test_zero_reward_rounds_under_the_kl_penalty_keep_the_release_statistics(release):
     coords, model = release
     out = within_noise(coords, model, _zero_reward_rounds(coords, model, kl_coef=1.0))
     assert all(v <= bound for v, bound in out.values()), out
 
 
-def test_without_the_kl_penalty_zero_reward_rounds_drift(release, no_inductor_env):
+def test_without_the_kl_penalty_zero_reward_rounds_drift(release):
     """Companion: the same rounds with kl_coef 0 (value-net noise and the entropy bonus only)
     leave the release's statistics, so the test above has power."""
     coords, model = release
