@@ -27,10 +27,10 @@ import dp_accounting
 import numpy as np
 import torch
 
+from models.accounting import PrivacyAccountant
 from models.config import TrainConfig
 from models.env import DestPrior, MobilityEnv
 from models.features import expert_trajectories
-from models.accounting import PrivacyAccountant
 from models.markov import MarkovModel, Plan, calibrate
 from models.policy import NEG, PolicyNet, moving_rows
 from models.ppo import ctx_rows, dest_context_of, obs_of

@@ -7,8 +7,8 @@ Parametrisation (issue 51). With the released tables of `models.markov.MarkovMod
 (each normalised over the valid actions / candidates), where P_release(x | move from l) =
 cell_trans[cell(l), cell(x)] * within[x], reweighted toward the places not visited today (the
 release's own sampler redraws visited places up to `models.markov.MOVE_TRIES` times inside the
-drawn cell; `ReleaseTables.move_logits` is the exact distribution of that draw). r_theta is the policy's action head,
-d_theta the heads of `ResidualDestinations`; every last layer starts at zero, so an untrained
+drawn cell; `ReleaseTables.move_logits` is the exact distribution of that draw). r_theta is the
+policy's action head, d_theta the heads of `ResidualDestinations`; every last layer starts at zero, so an untrained
 residual policy draws the release's days (tests/models/test_residual.py checks the six
 statistics). The residual reads what a first-order chain cannot condition on: the trunk's
 places seen today, stay length and slot, and the destination features below.
@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from models.env import BAND_EDGES_KM, EXPLORE, HOME, N_BANDS, RETURN, SLOTS, STAY, DestContext
+from models.policy import _tilt
 from udfs.geo import KM_PER_DEGREE
 
 NEG = -1e9
@@ -153,10 +154,9 @@ class ResidualDestinations(nn.Module):
         ge, gr = self.explore(h), self.ret(h)
         every = torch.arange(n_loc, device=h.device)[None]
         b_cur, b_home = rel.band(loc[:, None], every), rel.band(home[:, None], every)
-        exp = (exp + ge.gather(1, b_cur) + ge.gather(1, b_home + N_BANDS)
+        exp = (exp + _tilt(ge, torch.stack([b_cur, b_home], -1))
                + ge[:, 2 * N_BANDS:] @ self.emb.weight.T)
-        ret = ret + (gr.gather(1, ctx.ret_band[..., 0]) + gr.gather(1, ctx.ret_band[..., 1] + N_BANDS)
-                     + gr[:, -1:] * ctx.ret_logcount)
+        ret = ret + _tilt(gr, ctx.ret_band) + gr[:, -1:] * ctx.ret_logcount
         return exp, ret
 
     def log_prob(self, h: torch.Tensor, ctx: DestContext, actions: torch.Tensor,
