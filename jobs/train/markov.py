@@ -12,7 +12,7 @@ Steps (plan, then spend), as for the learned methods:
    `markov.npz`, the ledger charged `spent` at the accounted epsilon.
 Nothing else leaves the trusted zone: the partial sums stay in the Spark tasks' memory and the
 driver's; the figures are the accountant's summary, settings and timings (`PUBLIC_FIGURES` of
-jobs/train/stage.py).
+jobs/train/figures.py).
 Row shapes: staged days (shard, uidx, user_id, date, slots) -> per shard one row of summed
 statistics (npz bytes) -> driver: one `Stats` -> `MarkovModel`.
 """
@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.config import Config
+from jobs.train.figures import COVERS, PUBLIC_FIGURES
 from models.markov import MarkovModel, Stats, add_stats, move_cells, release_markov, user_stats
 from udfs.atomic import atomic_open
 
@@ -110,8 +111,6 @@ def save(model: MarkovModel, out_dir: Path, loc_ids: np.ndarray, coords: np.ndar
 def figures_of(cfg: Config, model: MarkovModel, n_users: int, timings: dict[str, float],
                out_dir: Path) -> dict[str, Any]:
     """The run's published figures: the accountant's summary, settings, timings."""
-    from jobs.train.stage import COVERS, PUBLIC_FIGURES
-
     acc = model.accountant
     figures = {
         "epsilon": acc["epsilon"], "delta": acc["delta"], "basic_epsilon": acc["basic_epsilon"],

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import Config
+from jobs.train.figures import COVERS, PUBLIC_FIGURES  # noqa: F401  (the stage's published figures)
 from models.config import TrainConfig
 from udfs.derive import seed63
 from udfs.errors import ConfigError
@@ -431,34 +432,6 @@ def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, us
 def ledger_model(mc: TrainConfig) -> str:
     """The ledger's `mechanism` of a training charge: method and privacy model."""
     return f"{mc.scheme}:{mc.privacy_model}"
-
-
-# Every figure a train run publishes (trajpriv_pub.runs, the console line) and why it may be:
-# "dp" a DP release or its post-processing, "config" a setting, "public" fixed by the
-# neighbouring relation (the number of training users N: replace-one keeps it, and every
-# release's sensitivity 1/N is computed from it), "time" a timing. Anything else goes to
-# trusted.json. tests/jobs/test_train_privacy_spark.py scans the published row against this.
-PUBLIC_FIGURES = {
-    "epsilon": "dp", "delta": "config", "basic_epsilon": "dp", "accountant": "config",
-    "target_epsilon": "config", "privacy_model": "config", "epsilon_covers": "config",
-    "local_epsilon_per_round": "dp", "method": "config", "critic": "config", "noise": "config",
-    "pilot": "config", "beta": "config", "mechanism": "config", "sampling": "config",
-    "rounds_done": "dp", "stopped_reason": "dp",
-    "rounds_planned": "config", "pairs_per_round": "config", "destination": "config",
-    "resumed_at_round": "config", "num_processes": "config", "blocks": "config",
-    "users": "public", "reward_mean": "dp", "epsilon_by_round": "dp", "warnings": "config",
-    "stage_s": "time", "train_launch_s": "time", "seconds_per_round": "time",
-    "launch_overhead_s": "time", "artefacts": "config",
-}
-
-COVERS = {
-    "central": "user-level: the policy, the start distribution, the synthetic days and every "
-               "published figure, against replacing one user's whole data; the server (the "
-               "ranks) is trusted",
-    "local": "local, per user: what each user's reports reveal to the server about that user's "
-             "data (rewards and start report perturbed on the user's side before any sum); "
-             "epsilon is per user, composed over the rounds",
-}
 
 
 def epsilon_covers(mc: TrainConfig) -> str:
