@@ -80,7 +80,8 @@ def running_children(pid: int | None = None) -> dict[int, str]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, IndexError):
             continue  # it ended while being read
-        found[int(entry.name)] = cmd.strip()[:200]
+        if LIBRARY_CHILD not in cmd:
+            found[int(entry.name)] = cmd.strip()[:200]
     return found
 
 
@@ -99,10 +100,21 @@ OWN_LOGGERS = frozenset({"trajpriv", "jobs", "models", "udfs", "tests", "bench"}
 #: Variables that pytest itself sets and changes between phases.
 PYTEST_OWN = frozenset({"PYTEST_CURRENT_TEST"})
 
+#: Process-wide state a library sets up once, on first use, for the rest of the process: it is
+#: the same whichever test comes first, so the guard takes it into its baseline instead of
+#: blaming (and undoing) the first test that happened to use the library. torch's inductor
+#: names its cache folder in the environment; multiprocessing starts one resource tracker per
+#: process (killing it broke the next test that spawned ranks); every stage quiets py4j and
+#: pyspark to WARNING (jobs/harness.py configure_logging).
+LIBRARY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+LIBRARY_CHILD = "multiprocessing.resource_tracker"
+LIBRARY_LOGGERS = {"py4j": logging.WARNING, "pyspark": logging.WARNING}
+
 
 def snapshot() -> ProcessState:
     return ProcessState(
-        environ={k: v for k, v in os.environ.items() if k not in PYTEST_OWN},
+        environ={k: v for k, v in os.environ.items()
+                 if k not in PYTEST_OWN and k not in LIBRARY_ENV},
         cwd=os.getcwd(),
         umask=_umask(),
         log_levels=_log_levels(),
@@ -131,7 +143,8 @@ def changes(before: ProcessState, after: ProcessState) -> list[str]:
         # a library's import may give its new loggers levels (torch does): only loggers that
         # existed before, and new ones of the project's own packages, are the test's doing
         new_foreign = name not in before.log_levels and name.split(".")[0] not in OWN_LOGGERS
-        if after.log_levels[name] != old and not new_foreign:
+        library_quieted = LIBRARY_LOGGERS.get(name) == after.log_levels[name]
+        if after.log_levels[name] != old and not new_foreign and not library_quieted:
             found.append(f"logger {name!r} level is {logging.getLevelName(after.log_levels[name])}"
                          f" (was {logging.getLevelName(old)})")
     if before.log_disable != after.log_disable:
@@ -157,7 +170,7 @@ def restore(before: ProcessState, after: ProcessState) -> None:
     with contextlib.suppress(OSError):
         os.chdir(before.cwd)
     os.umask(before.umask)
-    for name, level in after.log_levels.items():
+    for name in after.log_levels:
         logger = logging.getLogger() if name == "<root>" else logging.getLogger(name)
         logger.setLevel(before.log_levels.get(name, logging.NOTSET))
     logging.disable(before.log_disable)

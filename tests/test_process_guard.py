@@ -177,7 +177,10 @@ def test_running_children_sees_a_child_and_not_a_zombie():
     assert proc.pid not in running_children()
 
 
-@pytest.mark.parametrize("node", ["tests/jobs/test_logs.py::test_verbose_is_an_option_of_every_stage"])
+VERBOSE_TEST = "tests/jobs/test_logs.py::test_verbose_is_an_option_of_every_stage"
+
+
+@pytest.mark.parametrize("node", [VERBOSE_TEST])
 def test_the_verbose_test_leaves_no_verbose_behind(tmp_path, node):
     """Measured defect: test_verbose_is_an_option_of_every_stage set TRAJPRIV_VERBOSE outside
     monkeypatch, and every later test of its xdist worker ran verbose (JVM start-up lines on
