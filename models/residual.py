@@ -8,10 +8,10 @@ Parametrisation (issue 51). With the released tables of `models.markov.MarkovMod
 cell_trans[cell(l), cell(x)] * within[x], reweighted toward the places not visited today (the
 release's own sampler redraws visited places up to `models.markov.MOVE_TRIES` times inside the
 drawn cell; `ReleaseTables.move_logits` is the exact distribution of that draw). r_theta is the
-policy's action head, d_theta the heads of `ResidualDestinations`; every last layer starts at zero, so an untrained
-residual policy draws the release's days (tests/models/test_residual.py checks the six
-statistics). The residual reads what a first-order chain cannot condition on: the trunk's
-places seen today, stay length and slot, and the destination features below.
+policy's action head, d_theta the heads of `ResidualDestinations`; every last layer starts at
+zero, so an untrained residual policy draws the release's days (tests/models/test_residual.py
+checks the six statistics). The residual reads what a first-order chain cannot condition on:
+the trunk's places seen today, stay length and slot, and the destination features below.
 
 Destination features phi(s, x): the public distance band of x from the current location and
 from home (`models.env.BAND_EDGES_KM`), and a learned embedding of x (dotted with a
