@@ -103,10 +103,11 @@ PYTEST_OWN = frozenset({"PYTEST_CURRENT_TEST"})
 #: Process-wide state a library sets up once, on first use, for the rest of the process: it is
 #: the same whichever test comes first, so the guard takes it into its baseline instead of
 #: blaming (and undoing) the first test that happened to use the library. torch's inductor
-#: names its cache folder in the environment; multiprocessing starts one resource tracker per
+#: names its cache folder in the environment, and scikit-learn's import sets two Intel OpenMP
+#: variables (sklearn/__init__.py, setdefault); multiprocessing starts one resource tracker per
 #: process (killing it broke the next test that spawned ranks); every stage quiets py4j and
 #: pyspark to WARNING (jobs/harness.py configure_logging).
-LIBRARY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+LIBRARY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 LIBRARY_CHILD = "multiprocessing.resource_tracker"
 LIBRARY_LOGGERS = {"py4j": logging.WARNING, "pyspark": logging.WARNING}
 

@@ -264,12 +264,18 @@ def rank_errors(out_dir: Path, world: int) -> str:
 
 
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """`train.method`'s Spark training (its registry entry's `trainer`, jobs.methods)."""
+    from jobs.methods import get, trainer_of
+
+    return trainer_of(get(cfg.train.method))(spark, cfg, ctx)
+
+
+def run_learned(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """A learned method (jobs/methods/learned.py): rounds on TorchDistributor ranks."""
     from jobs.spark.split import load_locations, write_split
     from jobs.train.data import load_shard, stage_shards
     from models.distributed import RankFailedError, RankJob, check_summary
 
-    if not cfg.train.learned:
-        return run_markov(spark, cfg, ctx)
     check_slots(cfg)
     check_devices(cfg)
     check_spark_gpus(spark, cfg)
@@ -373,8 +379,8 @@ def plan_rounds(cfg: Config, mc: TrainConfig, n_users: int, coords
 
 
 def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
-    """`train.method: markov` (jobs/train/markov.py): the same split, staging and ledger
-    charges as a learned run; one release instead of rounds."""
+    """The DP Markov method (jobs/methods/markov.py, fitted by jobs/train/markov.py): the same
+    split, staging and ledger charges as a learned run; one release instead of rounds."""
     from jobs.spark.split import write_split
     from jobs.train import markov
     from jobs.train.data import stage_shards
@@ -391,8 +397,9 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
         t_stage = time.perf_counter() - t0
         log.info("train %s: %d users, one DP Markov release (central privacy)", cfg.dataset,
                  meta["n_users"])
-        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
-                        state="planned", epsilon=cfg.train.target_epsilon)
+        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
+                        f"{cfg.train.method}:central", state="planned",
+                        epsilon=cfg.train.target_epsilon)
         model, info = markov.fit(spark, cfg, staging, training_seed(cfg))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -401,8 +408,8 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
     figures = markov.figures_of(cfg, model, meta["n_users"],
                                 {"stage_s": t_stage, "fit_s": info["stats_s"] + info["release_s"]},
                                 out_dir)
-    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
-                    state="spent", epsilon=float(figures["epsilon"]))
+    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
+                    f"{cfg.train.method}:central", state="spent", epsilon=float(figures["epsilon"]))
     return figures
 
 

@@ -225,7 +225,7 @@ def test_learned_destinations_resume_and_synthesize_round_trip(tmp_path):
 
 
 def test_synthesize_stage_kernel_restores_the_learned_head():
-    from jobs.synthesize.stage import generate_partition
+    from jobs.methods.learned import generate_partition
 
     data = toy_data()
     cfg = dataclasses.replace(tiny_config(rounds=2, destination="learned"))
