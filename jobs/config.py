@@ -464,7 +464,7 @@ class StudyConfig(_Section):
     # its days scored against the held-out days (trusted zone; nothing released or charged).
     # [] turns it off. `synthesis_seeds` trainings per method (mean and spread);
     # `synthesis_max_users` caps the training users (a keyed-hash sample; None: all).
-    # names of jobs.methods' registry
+    # names of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
     synthesis_methods: list[str] = Field(
         default_factory=lambda: ["markov", "pategail", "pategail++"])
     synthesis_seeds: int = Field(1, ge=1, le=20)
@@ -560,7 +560,7 @@ class TrainConfig(_TrainModelFields):
     # pategail (uniform Laplace) by default: the sensitivity-aware pategail++ has not measured
     # better at equal epsilon (README, training section)
     # markov: the DP Markov chain (models/markov.py), one release of normalised per-user counts
-    # a name of jobs.methods' registry
+    # a name of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
     method: str = "pategail"
     markov: MarkovSettings = Field(default_factory=MarkovSettings)
     # true: the noise is calibrated at run time so that all `rounds` fit `target_epsilon` for

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import Config
-from jobs.train.figures import COVERS, PUBLIC_FIGURES  # noqa: F401  (the stage's published figures)
+from jobs.train.figures import COVERS, PUBLIC_FIGURES  # noqa: F401  (the harness reads them here)
 from models.config import TrainConfig
 from udfs.derive import seed63
 from udfs.errors import ConfigError
