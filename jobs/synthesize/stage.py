@@ -130,7 +130,9 @@ def privacy_model(figs: dict) -> str:
     """`local` or `central` as the train run published it (runs before the label: by method)."""
     if "privacy_model" in figs:
         return str(figs["privacy_model"])
-    return "local" if figs.get("method") in ("ldp", "ldp++") else "central"
+    from models.config import LOCAL_SCHEMES
+
+    return "local" if figs.get("method") in LOCAL_SCHEMES else "central"
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
