@@ -13,7 +13,9 @@ too. What it watches:
 - logging: every logger's level and `logging.disable`;
 - `sys.path`;
 - child processes still running (zombies excepted: nothing runs in them);
-- an active SparkContext.
+- an active SparkContext;
+- at a file's end, a warm `trajpriv sql` server on one of the worker's tmp roots (detached by
+  design, so no one's child; idle, it would hold a JVM for ten more minutes).
 
 State that a *session* fixture sets up (the shared SparkSession, its JVM, the umask and
 PYSPARK_PYTHON that `get_spark` sets for its process) lives for the whole session by design:
@@ -48,6 +50,8 @@ class ProcessState:
     sys_path: tuple[str, ...]
     children: dict[int, str] = field(default_factory=dict)  # pid -> command line
     spark_context: int | None = None  # id() of the active SparkContext
+    # pid -> command line of the detached `trajpriv sql` servers on this worker's tmp roots
+    sql_servers: dict[int, str] = field(default_factory=dict)
 
 
 def _umask() -> int:
@@ -85,6 +89,25 @@ def running_children(pid: int | None = None) -> dict[int, str]:
     return found
 
 
+def sql_servers(basetemp: str | None) -> dict[int, str]:
+    """The warm `trajpriv sql` servers (jobs/sql/client.py starts them detached, so they are
+    no one's children) whose config lies under `basetemp`, this worker's tmp folder: pid ->
+    command line. An idle one lives `--idle-timeout` seconds (600) after its last query."""
+    if basetemp is None:
+        return {}
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "jobs.sql.server" in cmd and basetemp in cmd:
+            found[int(entry.name)] = cmd.strip()[:200]
+    return found
+
+
 def _spark_context() -> int | None:
     if "pyspark" not in sys.modules:
         return None
@@ -112,7 +135,7 @@ LIBRARY_CHILD = "multiprocessing.resource_tracker"
 LIBRARY_LOGGERS = {"py4j": logging.WARNING, "pyspark": logging.WARNING}
 
 
-def snapshot() -> ProcessState:
+def snapshot(basetemp: str | None = None) -> ProcessState:
     return ProcessState(
         environ={k: v for k, v in os.environ.items()
                  if k not in PYTEST_OWN and k not in LIBRARY_ENV},
@@ -123,6 +146,7 @@ def snapshot() -> ProcessState:
         sys_path=tuple(sys.path),
         children=running_children(),
         spark_context=_spark_context(),
+        sql_servers=sql_servers(basetemp),
     )
 
 
@@ -159,6 +183,10 @@ def changes(before: ProcessState, after: ProcessState) -> list[str]:
         found.append(f"child process {pid} still running: {after.children[pid]}")
     if after.spark_context is not None and after.spark_context != before.spark_context:
         found.append("a SparkContext it started is still active (stop the session it opened)")
+    for pid in sorted(after.sql_servers.keys() - before.sql_servers.keys()):
+        found.append(f"trajpriv sql server {pid} still running (stop it: "
+                     f"jobs.sql.client.stop_server(root), or run sql --no-server): "
+                     f"{after.sql_servers[pid]}")
     return found
 
 
@@ -180,6 +208,9 @@ def restore(before: ProcessState, after: ProcessState) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+    for pid in after.sql_servers.keys() - before.sql_servers.keys():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # not our child: init reaps it
     if after.spark_context is not None and after.spark_context != before.spark_context:
         from pyspark import SparkContext
 
@@ -193,12 +224,17 @@ class ProcessGuard:
     def __init__(self) -> None:
         self.expected: dict[str, ProcessState] = {}  # "test" / "file" -> state
         self.current_file: Path | None = None
+        self.basetemp: str | None = None  # this worker's tmp folder, from the first test on
 
     def _check(self, key: str, where: str) -> None:
         before = self.expected.pop(key, None)
         if before is None:
             return
-        after = snapshot()
+        after = snapshot(self.basetemp)
+        if key == "test":
+            # a module fixture may keep a warm server for its tests (tests/jobs/
+            # test_sql_server.py): servers count at the file's end only
+            after = replace(after, sql_servers=before.sql_servers)
         found = changes(before, after)
         if found:
             restore(before, after)
@@ -207,7 +243,7 @@ class ProcessGuard:
 
     def _accept_session_state(self) -> None:
         """A session fixture was set up: what it changed is expected from now on."""
-        now = snapshot()
+        now = snapshot(self.basetemp)
         for key, before in self.expected.items():
             self.expected[key] = replace(
                 now, children={**before.children, **now.children})
@@ -223,7 +259,7 @@ class ProcessGuard:
     def pytest_runtest_setup(self, item: pytest.Item):
         if item.path != self.current_file:
             self.current_file = item.path
-            self.expected["file"] = snapshot()
+            self.expected["file"] = snapshot(self.basetemp)
         return (yield)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
@@ -238,9 +274,11 @@ class ProcessGuard:
         return result
 
     @pytest.fixture(autouse=True)
-    def _process_guard(self, request: pytest.FixtureRequest):
+    def _process_guard(self, request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory):
         """Autouse, function scope: set up after every wider fixture, torn down after every
         other function fixture of the test (those it requested come after it)."""
-        self.expected["test"] = snapshot()
+        self.basetemp = str(tmp_path_factory.getbasetemp())
+        self.expected["test"] = snapshot(self.basetemp)
         yield
         self._check("test", request.node.nodeid)
