@@ -40,7 +40,7 @@ BUILTIN = ("jobs.methods.markov", "jobs.methods.learned")
 class FittedModel(Protocol):
     """A trained method's model: what the study samples and synthesize's kernel runs."""
 
-    epsilon: float
+    epsilon: float | None  # spent by `fit`; None once loaded (the run's ledger row holds it)
 
     def sample(self, n_days: int, seed: int) -> np.ndarray:
         """(n_days, 48) rows of the training data's location table."""
