@@ -93,8 +93,9 @@ class TrainConfig:
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
-    # weight of the KL(pi || P_release) penalty in each PPO update of a residual policy (0: off);
-    # the default is measured (docs/guides/private-pretraining.md)
+    # weight of the KL(pi || P_release) penalty in each PPO update of a residual policy (0: off):
+    # it keeps the rounds refining the release instead of undoing it; 1.0 is a starting value,
+    # not yet chosen by a benchmark
     kl_coef: float = 1.0
     # privacy
     delta: float = 1e-5

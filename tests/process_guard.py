@@ -68,10 +68,9 @@ def _log_levels() -> dict[str, int]:
     return levels
 
 
-def running_children(pid: int | None = None) -> dict[int, str]:
-    """The running (not zombie) child processes of `pid` (this process): pid -> command line."""
-    pid = os.getpid() if pid is None else pid
-    found: dict[int, str] = {}
+def _processes() -> list[tuple[int, int, str, str]]:
+    """(pid, parent pid, state, command line) of every process, from one pass over /proc."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -79,33 +78,28 @@ def running_children(pid: int | None = None) -> dict[int, str]:
             stat = (entry / "stat").read_text()
             # the command name is in parentheses and may hold spaces: fields follow the last ')'
             state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if int(ppid) != pid or state == "Z":
-                continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, IndexError):
             continue  # it ended while being read
-        if LIBRARY_CHILD not in cmd:
-            found[int(entry.name)] = cmd.strip()[:200]
+        found.append((int(entry.name), int(ppid), state, cmd.strip()))
     return found
 
 
-def sql_servers(basetemp: str | None) -> dict[int, str]:
+def running_children(pid: int | None = None, procs=None) -> dict[int, str]:
+    """The running (not zombie) child processes of `pid` (this process): pid -> command line."""
+    pid = os.getpid() if pid is None else pid
+    return {p: cmd[:200] for p, ppid, state, cmd in (procs if procs is not None else _processes())
+            if ppid == pid and state != "Z" and LIBRARY_CHILD not in cmd}
+
+
+def sql_servers(basetemp: str | None, procs=None) -> dict[int, str]:
     """The warm `trajpriv sql` servers (jobs/sql/client.py starts them detached, so they are
     no one's children) whose config lies under `basetemp`, this worker's tmp folder: pid ->
-    command line. An idle one lives `--idle-timeout` seconds (600) after its last query."""
+    command line. An idle one lives `--idle-timeout` seconds after its last query."""
     if basetemp is None:
         return {}
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "jobs.sql.server" in cmd and basetemp in cmd:
-            found[int(entry.name)] = cmd.strip()[:200]
-    return found
+    return {p: cmd[:200] for p, _, _, cmd in (procs if procs is not None else _processes())
+            if "jobs.sql.server" in cmd and basetemp in cmd}
 
 
 def _spark_context() -> int | None:
@@ -136,6 +130,7 @@ LIBRARY_LOGGERS = {"py4j": logging.WARNING, "pyspark": logging.WARNING}
 
 
 def snapshot(basetemp: str | None = None) -> ProcessState:
+    procs = _processes()
     return ProcessState(
         environ={k: v for k, v in os.environ.items()
                  if k not in PYTEST_OWN and k not in LIBRARY_ENV},
@@ -144,9 +139,9 @@ def snapshot(basetemp: str | None = None) -> ProcessState:
         log_levels=_log_levels(),
         log_disable=logging.root.manager.disable,
         sys_path=tuple(sys.path),
-        children=running_children(),
+        children=running_children(procs=procs),
         spark_context=_spark_context(),
-        sql_servers=sql_servers(basetemp),
+        sql_servers=sql_servers(basetemp, procs),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 # "dp" a DP release or its post-processing, "config" a setting, "public" fixed by the
 # neighbouring relation (the number of training users N: replace-one keeps it, and every
 # release's sensitivity 1/N is computed from it), "time" a timing. Anything else goes to
-# trusted.json. tests/jobs/test_train_privacy_spark.py scans the published row against this.
+# trusted.json. tests/jobs/test_train_spark.py scans the published row against this.
 PUBLIC_FIGURES = {
     "epsilon": "dp", "delta": "config", "basic_epsilon": "dp", "accountant": "config",
     "target_epsilon": "config", "privacy_model": "config", "epsilon_covers": "config",
