@@ -60,6 +60,7 @@ def generate(spark, dataset: str, lat: np.ndarray, lon: np.ndarray, n_users: int
     from pyspark.sql import types as T
 
     from jobs.spark.catalog import write_table
+    from jobs.spark.tables import LOCATIONS, TRAJECTORIES
     from udfs.space import LocationSpace
 
     space = LocationSpace.from_latlon(lat, lon)
@@ -106,10 +107,8 @@ def generate(spark, dataset: str, lat: np.ndarray, lon: np.ndarray, n_users: int
     traj = spark.range(n_users, numPartitions=16).mapInPandas(users, schema)
     locs = pd.DataFrame({"dataset": dataset, "loc_id": np.arange(n_loc, dtype=np.int32),
                          "lat": lat, "lon": lon})
-    write_table(spark.createDataFrame(locs), "trajpriv_pub.locations", partition_by=["dataset"],
-                replace={"dataset": dataset})
-    write_table(traj, "trajpriv_raw.trajectories", partition_by=["dataset"],
-                replace={"dataset": dataset})
+    write_table(spark.createDataFrame(locs), LOCATIONS, replace={"dataset": dataset})
+    write_table(traj, TRAJECTORIES, replace={"dataset": dataset})  # the layout ingest writes
 
 
 def mechanism_rate(spark, cfg, space, sample_users: int = 2000) -> tuple[float, float, int]:

@@ -42,6 +42,11 @@ destination tables tilt the explore draws), the policy is behaviour-cloned on `-
 sampled from it for `--bc-epochs` passes (`--markov-dest-weight`: how far its destination tables
 tilt the explore draws), and the rounds' noise is found by the same plan with
 the Markov release in it; the row is labelled "+ Markov pre-training (share s)".
+
+Residual PateGAIL (`--residual SHARES`, models/residual.py, issue 51): for each share, each
+learned row again with `destination: residual`: the policy is the DP Markov release (given that
+share of the privacy loss in rho, `markov_share_unit: rho`) plus a zero-initialised residual,
+its PPO updates penalised by `--kl-coef` times KL(pi || P_release); no cloning.
 """
 
 
@@ -151,6 +156,9 @@ def main() -> None:
     ap.add_argument("--bc-epochs", type=int, default=1)
     ap.add_argument("--bc-days", type=int, default=2000)
     ap.add_argument("--markov-dest-weight", type=float, default=0.5)
+    ap.add_argument("--residual", default="",
+                    help="markov_share list (rho) of residual rows (see the doc)")
+    ap.add_argument("--kl-coef", type=float, default=TrainConfig.kl_coef)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -192,14 +200,19 @@ def main() -> None:
         save()
         shares = ([] if args.no_plain else [None]) + [
             float(x) for x in args.pretrain_markov.split(",") if x]
-        for scheme, mech, dest, share in [(c, m, d, s) for c in args.schemes.split(",") if c
-                                          for m in args.mechanisms.split(",") if m
-                                          for d in args.destinations.split(",") if d
-                                          for s in shares]:
+        residual = [float(x) for x in args.residual.split(",") if x]
+        variants = [(c, m, d, s) for c in args.schemes.split(",") if c
+                    for m in args.mechanisms.split(",") if m
+                    for d in args.destinations.split(",") if d for s in shares]
+        variants += [(c, m, "residual", s) for c in args.schemes.split(",") if c
+                     for m in args.mechanisms.split(",") if m for s in residual]
+        for scheme, mech, dest, share in variants:
             pre = ({} if share is None else
                    {"pretrain": "markov", "markov_share": share, "target_epsilon": e,
                     "bc_epochs": args.bc_epochs, "bc_days": args.bc_days,
                     "markov_dest_weight": args.markov_dest_weight})
+            if dest == "residual":  # the release is the parametrisation: no cloning
+                pre.update(markov_share_unit="rho", bc_epochs=0, kl_coef=args.kl_coef)
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
                                scheme=scheme, critic_kind=None, mechanism=mech, beta=0.0,
                                start_hist_epsilon=args.start_share * e, delta=DELTA,
@@ -219,7 +232,10 @@ def main() -> None:
                       flush=True)
             label = (("PateGAIL++" if scheme == "pategail++" else "PateGAIL")
                      + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else "")
-                     + ("" if share is None else f" + Markov pre-training ({share:g})"))
+                     + ("" if share is None or dest == "residual"
+                        else f" + Markov pre-training ({share:g})")
+                     + (f" residual on Markov (rho share {share:g}, KL {args.kl_coef:g})"
+                        if dest == "residual" else ""))
             rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*COLUMNS, "spent",
                                                                      "rounds")), "runs": runs})

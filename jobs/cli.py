@@ -273,8 +273,10 @@ def _sql_here(args: argparse.Namespace, cfg, statements, remote: str | None = No
     from jobs.spark.session import get_spark, stop_spark, verbose
 
     harness.configure_logging()
+    server_log = logging.getLogger("trajpriv.sql.server")
+    level = server_log.level
     if not verbose():  # a failure is one line here; its trace is for --verbose
-        logging.getLogger("trajpriv.sql.server").setLevel(logging.WARNING)
+        server_log.setLevel(logging.WARNING)
     spark = None
     try:
         if remote is not None:
@@ -292,6 +294,7 @@ def _sql_here(args: argparse.Namespace, cfg, statements, remote: str | None = No
         return harness.EXIT_USER_ERROR
     finally:
         stop_spark(spark)
+        server_log.setLevel(level)  # an in-process caller (a notebook, a test) keeps its own
     return _print_results(args, statements, reply)
 
 

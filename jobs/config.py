@@ -464,10 +464,18 @@ class StudyConfig(_Section):
     # its days scored against the held-out days (trusted zone; nothing released or charged).
     # [] turns it off. `synthesis_seeds` trainings per method (mean and spread);
     # `synthesis_max_users` caps the training users (a keyed-hash sample; None: all).
-    synthesis_methods: list[Literal["markov", "pategail", "pategail++", "ldp", "ldp++"]] = (
-        Field(default_factory=lambda: ["markov", "pategail", "pategail++"]))
+    # names of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
+    synthesis_methods: list[str] = Field(
+        default_factory=lambda: ["markov", "pategail", "pategail++"])
     synthesis_seeds: int = Field(1, ge=1, le=20)
     synthesis_max_users: int | None = Field(2000, ge=2)
+
+    @field_validator("synthesis_methods")
+    @classmethod
+    def _registered(cls, value: list[str]) -> list[str]:
+        from jobs.methods import check
+
+        return [check(name) for name in value]
 
     @field_validator("prq_km")
     @classmethod
@@ -537,9 +545,6 @@ class MarkovSettings(_Section):
     smooth: int = Field(1, ge=0, le=46)
 
 
-LEARNED_METHODS = ("pategail", "pategail++", "ldp", "ldp++")
-
-
 class TrainConfig(_TrainModelFields):
     """PateGAIL / PateGAIL++ training on Spark (docs/architecture.md section 6).
 
@@ -555,7 +560,8 @@ class TrainConfig(_TrainModelFields):
     # pategail (uniform Laplace) by default: the sensitivity-aware pategail++ has not measured
     # better at equal epsilon (README, training section)
     # markov: the DP Markov chain (models/markov.py), one release of normalised per-user counts
-    method: Literal["markov", "pategail", "pategail++", "ldp", "ldp++"] = "pategail"
+    # a name of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
+    method: str = "pategail"
     markov: MarkovSettings = Field(default_factory=MarkovSettings)
     # true: the noise is calibrated at run time so that all `rounds` fit `target_epsilon` for
     # the users trained (the run's log says the noise); false: `noise` as set, and a run whose
@@ -577,6 +583,13 @@ class TrainConfig(_TrainModelFields):
     # task per rank (needs num_processes free task slots, checked at start on a local master)
     local_mode: bool = True
     timeout_s: float = Field(1800.0, gt=0)  # collective timeout of the process group
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        from jobs.methods import check
+
+        return check(value)
 
     @field_validator("target_epsilon", "timeout_s")
     @classmethod
@@ -603,13 +616,17 @@ class TrainConfig(_TrainModelFields):
     @property
     def learned(self) -> bool:
         """A policy trained by imitation learning (TorchDistributor ranks), not a Markov fit."""
-        return self.method in LEARNED_METHODS
+        from jobs.methods import get
+
+        return get(self.method).learned
 
     def model_config_of(self, seed: int, method: str | None = None):
         """The core's typed `models.config.TrainConfig` of this section, with `seed`; `method`
         (a learned one) in place of `train.method` (the synthesis study trains several)."""
         method = method or self.method
-        if method not in LEARNED_METHODS:
+        from jobs.methods import get
+
+        if not get(method).learned:
             raise ConfigError(f"train.method={method} trains no policy: it has no core "
                               "training config")
         from models.config import TrainConfig as CoreTrainConfig

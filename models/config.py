@@ -20,8 +20,9 @@ PILOTS = ("history", "laplace")
 DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the config's
 MECHANISMS = ("laplace", "gaussian")
 SAMPLINGS = ("fixed", "poisson")
-DESTINATIONS = ("public", "learned")
+DESTINATIONS = ("public", "learned", "residual")
 PRETRAINS = ("none", "markov")
+SHARE_UNITS = ("epsilon", "rho")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class TrainConfig:
     # distributions (rank k^-alpha among the K nearest; visit counts); "learned" = the policy's
     # destination head tilts them by distance-band features, trained by the same PPO on the
     # released rewards (models/policy.py; nothing private enters the policy)
+    # "residual" (needs pretrain="markov"): the policy is the DP Markov release's action and
+    # move tables plus a zero-initialised residual over every location (models/residual.py);
+    # its rounds are held near the release by kl_coef
     destination: str = "public"
     # critics
     critic_kind: str | None = None  # bce | wgan; None: the scheme's paper (PAPER_CRITIC)
@@ -89,6 +93,10 @@ class TrainConfig:
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
+    # weight of the KL(pi || P_release) penalty in each PPO update of a residual policy (0: off):
+    # it keeps the rounds refining the release instead of undoing it; 1.0 is a starting value,
+    # not yet chosen by a benchmark
+    kl_coef: float = 1.0
     # privacy
     delta: float = 1e-5
     target_epsilon: float | None = None
@@ -103,6 +111,13 @@ class TrainConfig:
     # Markov release and the rounds compose in one accountant (models/PROOF.md section 10)
     pretrain: str = "none"
     markov_share: float = 0.5
+    # the unit markov_share divides: "epsilon" = the release is calibrated alone to
+    # markov_share * target_epsilon; "rho" = the release gets markov_share of the privacy loss
+    # in the accountant's natural unit for Gaussians, 1/sigma^2 (additive under RDP / zCDP):
+    # with S the one Gaussian multiplier that spends target_epsilon, the release's multiplier is
+    # S / sqrt(markov_share) (0.9: about 5% more noise than S), the rounds get the rest
+    # (models/pretrain.py; Gaussian releases only)
+    markov_share_unit: str = "epsilon"
     bc_epochs: int = 1
     bc_days: int = 2000
     # the Markov release's own settings (utility choices, models.markov.fit_markov)
@@ -186,6 +201,11 @@ class TrainConfig:
                       "Markov release takes, the rest paying the rounds")
         if self.markov_mechanism not in MECHANISMS:
             raise bad("markov_mechanism", f"must be one of {MECHANISMS}")
+        if self.markov_share_unit not in SHARE_UNITS:
+            raise bad("markov_share_unit", f"must be one of {SHARE_UNITS}")
+        if self.markov_share_unit == "rho" and self.markov_mechanism != "gaussian":
+            raise bad("markov_share_unit", "a share of rho (1/sigma^2) is a share of Gaussian "
+                      "noise: set markov_mechanism='gaussian' or markov_share_unit='epsilon'")
         if self.bc_epochs < 0 or self.bc_days < 1 or self.markov_smooth < 0:
             name = ("bc_epochs" if self.bc_epochs < 0 else "bc_days" if self.bc_days < 1
                     else "markov_smooth")
@@ -196,6 +216,11 @@ class TrainConfig:
                       else "must be finite and >= 0")
         if not 0 <= self.markov_dest_weight <= 1:
             raise bad("markov_dest_weight", "must lie in [0, 1]")
+        if self.kl_coef < 0 or not math.isfinite(self.kl_coef):
+            raise bad("kl_coef", "must be finite and >= 0")
+        if self.destination == "residual" and self.pretrain != "markov":
+            raise bad("destination", "the residual policy is parametrised on the DP Markov "
+                      "release: set pretrain='markov'")
         if self.pretrain == "markov":
             if self.privacy_model == "local":
                 raise bad("pretrain", "the Markov release is central (a trusted aggregator sums "

@@ -52,6 +52,8 @@ def _tilt(g: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
 
 
 class DestinationHead(nn.Module):
+    # the head interface the policy and PPO use: log_prob(h, ctx, a, target), sample(h, ctx, a,
+    # gen) -> targets of the rows, kl(...) (residual heads only; see models/residual.py)
     """Destination logits: public base log-weights + g(h) . phi(candidate), g zero-initialised.
     phi: one-hot band from the current location, one-hot band from home (explore and return),
     log visit count (return)."""
@@ -69,6 +71,24 @@ class DestinationHead(nn.Module):
         exp = ctx.exp_base + _tilt(ge, ctx.exp_band)
         ret = ctx.ret_base + _tilt(gr, ctx.ret_band) + gr[:, -1:] * ctx.ret_logcount
         return exp, ret
+
+    def log_prob(self, h: torch.Tensor, ctx: DestContext, actions: torch.Tensor,
+                 targets: torch.Tensor) -> torch.Tensor:
+        exp_l, ret_l = self(h, ctx)
+        return _dest_log_prob(exp_l, ret_l, ctx, actions, targets)
+
+    @torch.no_grad()
+    def sample(self, h: torch.Tensor, ctx: DestContext, actions: torch.Tensor,
+               gen: torch.Generator) -> torch.Tensor:
+        dest = self(h, ctx)
+        out = torch.empty_like(actions)
+        for k, (act, cand) in enumerate(((EXPLORE, ctx.exp_cand), (RETURN, ctx.ret_cand))):
+            rows = (actions == act).nonzero().squeeze(1)
+            if rows.numel():
+                p = torch.softmax(dest[k][rows], -1)
+                j = torch.multinomial(p.cpu(), 1, generator=gen).squeeze(1).to(p.device)
+                out[rows] = cand[rows, j]
+        return out
 
 
 def _dest_log_prob(exp_logits: torch.Tensor, ret_logits: torch.Tensor, ctx: DestContext,
@@ -89,7 +109,7 @@ def moving_rows(actions: torch.Tensor) -> torch.Tensor:
     return ((actions == EXPLORE) | (actions == RETURN)).nonzero().squeeze(1)
 
 
-def joint_log_prob(logits: torch.Tensor, head: DestinationHead | None, h: torch.Tensor,
+def joint_log_prob(logits: torch.Tensor, head: nn.Module | None, h: torch.Tensor,
                    ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log pi(a, target | s), entropy estimate) of each row: the action's log-probability plus,
@@ -102,13 +122,12 @@ def joint_log_prob(logits: torch.Tensor, head: DestinationHead | None, h: torch.
     if head is None:
         return lp, ent
     sel = moving_rows(actions)
-    exp_logits, ret_logits = head(h[sel], ctx)
-    dlp = _dest_log_prob(exp_logits, ret_logits, ctx, actions[sel], targets[sel])
+    dlp = head.log_prob(h[sel], ctx, actions[sel], targets[sel])
     return lp.index_add(0, sel, dlp), ent
 
 
 @torch.no_grad()
-def sample_destinations(head: DestinationHead, h: torch.Tensor, ctx: DestContext,
+def sample_destinations(head: nn.Module, h: torch.Tensor, ctx: DestContext,
                         actions: torch.Tensor, targets: torch.Tensor,
                         gen: torch.Generator) -> torch.Tensor:
     """`targets` with every explore and return row redrawn from the head's distribution (`ctx`:
@@ -116,24 +135,20 @@ def sample_destinations(head: DestinationHead, h: torch.Tensor, ctx: DestContext
     of the environment)."""
     out = targets.clone()
     sel = moving_rows(actions)
-    if sel.numel() == 0:
-        return out
-    dest = head(h[sel], ctx)
-    for k, (act, cand) in enumerate(((EXPLORE, ctx.exp_cand), (RETURN, ctx.ret_cand))):
-        rows = (actions[sel] == act).nonzero().squeeze(1)
-        if rows.numel():
-            p = torch.softmax(dest[k][rows], -1)
-            j = torch.multinomial(p.cpu(), 1, generator=gen).squeeze(1).to(p.device)
-            out[sel[rows]] = cand[rows, j]
+    if sel.numel():
+        out[sel] = head.sample(h[sel], ctx, actions[sel], gen)
     return out
 
 
 class PolicyNet(nn.Module):
     """pi(a | s): logits over (stay, explore, home, return), invalid actions masked out; with
-    destination="learned" also pi(target | s, a) (`self.dest`, see the module doc)."""
+    destination="learned" also pi(target | s, a) (`self.dest`, see the module doc); with
+    destination="residual" the logits are the DP Markov release's plus a zero-initialised
+    residual, and the destination head is `models.residual.ResidualDestinations` (its tables
+    filled by `use_release`; `n_cells`: the release's number of move cells)."""
 
     def __init__(self, n_locations: int, loc_dim: int = 16, slot_dim: int = 8, hidden: int = 64,
-                 destination: str = "public"):
+                 destination: str = "public", n_cells: int = 1):
         super().__init__()
         if destination not in DESTINATIONS:
             raise InvalidParameterError(f"destination must be one of {DESTINATIONS}; got "
@@ -141,7 +156,40 @@ class PolicyNet(nn.Module):
         self.destination = destination
         self.trunk = _Trunk(n_locations, loc_dim, slot_dim, hidden)
         self.head = nn.Linear(hidden, N_ACTIONS)
-        self.dest = DestinationHead(hidden) if destination == "learned" else None
+        self.dest: nn.Module | None = None
+        if destination == "learned":
+            self.dest = DestinationHead(hidden)
+        elif destination == "residual":
+            from models.residual import ResidualDestinations
+
+            self.dest = ResidualDestinations(hidden, n_locations, n_cells)
+            nn.init.zeros_(self.head.weight)  # r_theta = 0: the release's action distribution
+            nn.init.zeros_(self.head.bias)
+
+    @property
+    def residual(self) -> bool:
+        return self.destination == "residual"
+
+    def use_release(self, model, coords) -> None:
+        """Residual policy: take the release's tables (a `models.markov.MarkovModel`)."""
+        self.dest.release.load_release(model, coords)
+
+    def base_logits(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The release's masked action logits (residual policies only)."""
+        return self.dest.release.action_logits(obs).masked_fill(~obs["mask"], NEG)
+
+    def kl_to_release(self, logits: torch.Tensor, h: torch.Tensor, obs: dict[str, torch.Tensor],
+                      ctx: DestContext | None, actions: torch.Tensor) -> torch.Tensor:
+        """Per row, KL(pi(a | s) || P_release(a | s)) plus, on the explore and return rows, the
+        destination's KL given the taken action (an estimate of the joint KL under the
+        rollout's actions: the action part is exact, the destination part sampled)."""
+        from models.residual import action_kl
+
+        kl = action_kl(logits, self.base_logits(obs))
+        sel = moving_rows(actions)
+        if sel.numel():
+            kl = kl.index_add(0, sel, self.dest.kl(h[sel], ctx, actions[sel]))
+        return kl
 
     def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor) -> torch.Tensor:
         return self.logits_and_hidden(obs, coords_norm)[0]
@@ -149,14 +197,22 @@ class PolicyNet(nn.Module):
     def logits_and_hidden(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(obs, coords_norm)
-        return self.head(h).masked_fill(~obs["mask"], NEG), h
+        logits = self.head(h)
+        if self.residual:
+            logits = logits + self.dest.release.action_logits(obs)
+        return logits.masked_fill(~obs["mask"], NEG), h
 
     def joint_log_prob(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor,
-                       ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi(a[, target] | s), entropy estimate) of flat steps (`joint_log_prob`)."""
+                       ctx: DestContext | None, actions: torch.Tensor, targets: torch.Tensor,
+                       kl: bool = False) -> tuple:
+        """(log pi(a[, target] | s), entropy estimate) of flat steps (`joint_log_prob`); with
+        `kl`, also each row's KL to the release (`kl_to_release`; None unless residual)."""
         logits, h = self.logits_and_hidden(obs, coords_norm)
-        return joint_log_prob(logits, self.dest, h, ctx, actions, targets)
+        out = joint_log_prob(logits, self.dest, h, ctx, actions, targets)
+        if not kl:
+            return out
+        return (*out, self.kl_to_release(logits, h, obs, ctx, actions) if self.residual
+                else None)
 
     def distribution(self, obs: dict[str, torch.Tensor],
                      coords_norm: torch.Tensor) -> torch.distributions.Categorical:
@@ -166,7 +222,7 @@ class PolicyNet(nn.Module):
     def restore(cls, config, n_locations: int, state: dict) -> PolicyNet:
         """A trained policy from its state dict and the dimensions of its training config."""
         net = cls(n_locations, config.loc_dim, config.slot_dim, config.policy_hidden,
-                  getattr(config, "destination", "public"))
+                  getattr(config, "destination", "public"), _cells_of(state))
         net.load_state_dict(state)
         return net
 
@@ -175,10 +231,17 @@ class PolicyNet(nn.Module):
                    state: dict) -> PolicyNet:
         """A policy from a saved state dict alone (policy.pt): a state holding the destination
         head's weights ("dest.*") restores a learned-destination policy, else a public one."""
-        learned = any(k.startswith("dest.") for k in state)
-        net = cls(n_locations, loc_dim, slot_dim, hidden, "learned" if learned else "public")
+        kind = ("residual" if "dest.release.log_act" in state
+                else "learned" if any(k.startswith("dest.") for k in state) else "public")
+        net = cls(n_locations, loc_dim, slot_dim, hidden, kind, _cells_of(state))
         net.load_state_dict(state)
         return net
+
+
+def _cells_of(state: dict) -> int:
+    """The number of move cells of a residual policy's saved tables (1 for other policies)."""
+    t = state.get("dest.release.log_trans")
+    return 1 if t is None else int(t.shape[0])
 
 
 class ValueNet(nn.Module):

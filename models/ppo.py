@@ -140,11 +140,12 @@ class PPOSettings:
     entropy_coef: float
     value_coef: float
     max_grad_norm: float
+    kl_coef: float = 0.0  # KL(pi || P_release) weight, residual policies only
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> PPOSettings:
         return cls(cfg.clip, cfg.gamma, cfg.gae_lambda, cfg.ppo_epochs, cfg.ppo_minibatch,
-                   cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm)
+                   cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm, cfg.kl_coef)
 
 
 def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, ro: Rollout,
@@ -165,13 +166,15 @@ def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, r
         for start in range(0, n, s.minibatch):
             i = perm[start:start + s.minibatch].to(acts.device)
             o = {k: v[i] for k, v in obs.items()}
-            lp, ent = policy.joint_log_prob(o, env.coords_norm, ctx_rows(ctx, i), acts[i],
-                                            tgts[i])
+            lp, ent, kl = policy.joint_log_prob(o, env.coords_norm, ctx_rows(ctx, i), acts[i],
+                                                tgts[i], kl=True)
             ratio = torch.exp(lp - logp_old[i])
             surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i])
             ent = ent.mean()
             v_loss = ((value(o, env.coords_norm) - ret[i]) ** 2).mean()
             loss = -surr.mean() + s.value_coef * v_loss - s.entropy_coef * ent
+            if kl is not None:
+                loss = loss + s.kl_coef * kl.mean()
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)

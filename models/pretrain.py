@@ -21,23 +21,49 @@ O(bc_epochs * bc_days * 47) policy steps.
 from __future__ import annotations
 
 import functools
+import math
 
 import dp_accounting
 import numpy as np
 import torch
 
+from models.accounting import PrivacyAccountant
 from models.config import TrainConfig
 from models.env import DestPrior, MobilityEnv
 from models.features import expert_trajectories
 from models.markov import MarkovModel, Plan, calibrate
-from models.policy import NEG, PolicyNet, _dest_log_prob, moving_rows
+from models.policy import NEG, PolicyNet, moving_rows
 from models.ppo import ctx_rows, dest_context_of, obs_of
 from models.starts import kd_levels
 
 
 def markov_epsilon(cfg: TrainConfig) -> float:
-    """The Markov release's own epsilon: its share of the target."""
-    return cfg.markov_share * float(cfg.target_epsilon)
+    """The Markov release's own epsilon: its share of the target (`markov_share_unit`
+    "epsilon"), or the epsilon of one Gaussian of multiplier S / sqrt(markov_share) ("rho"), S
+    the multiplier that alone spends the target. Why "rho" is the natural unit: under RDP a
+    Gaussian of multiplier m has RDP alpha / (2 m^2) at every order, so compositions add
+    1/m^2 exactly, and a Gaussian release composed of several (the Markov release's
+    components, `models.markov.Plan`) is one Gaussian of multiplier `Plan.scale`; giving the
+    release the share w of 1/S^2 is the multiplier S / sqrt(w), and the rounds' Gaussians
+    (noise found by `models.budget.noise_for_epsilon` with the release in the plan) take the
+    remaining (1 - w) / S^2. The calibration of the release to this epsilon
+    (`models.markov.calibrate`) then finds the multiplier S / sqrt(w) up to its tolerance."""
+    if cfg.markov_share_unit == "epsilon":
+        return cfg.markov_share * float(cfg.target_epsilon)
+    whole = gaussian_multiplier(float(cfg.target_epsilon), cfg.delta, cfg.accountant)
+    return _gaussian_epsilon(whole / math.sqrt(cfg.markov_share), cfg.delta, cfg.accountant)
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_multiplier(epsilon: float, delta: float, method: str) -> float:
+    """S: the smallest multiplier of one Gaussian whose accounted epsilon is <= epsilon."""
+    return calibrate("gaussian", 1, epsilon, delta, method).scale
+
+
+def _gaussian_epsilon(multiplier: float, delta: float, method: str) -> float:
+    acc = PrivacyAccountant(delta, None, method)
+    acc.spend(dp_accounting.GaussianDpEvent(multiplier))
+    return acc.epsilon()
 
 
 @functools.lru_cache(maxsize=64)
@@ -70,8 +96,7 @@ def _bc_loss(policy: PolicyNet, env: MobilityEnv, obs: dict, acts: torch.Tensor,
     if policy.dest is not None:
         sel = moving_rows(acts)
         if sel.numel():
-            exp_l, ret_l = policy.dest(h[sel], ctx)
-            dlp = _dest_log_prob(exp_l, ret_l, ctx, acts[sel], tgts[sel])
+            dlp = policy.dest.log_prob(h[sel], ctx, acts[sel], tgts[sel])
             lp = lp.index_add(0, sel, torch.where(dlp > NEG / 2, dlp, torch.zeros_like(dlp)))
     return -lp.mean()
 

@@ -135,6 +135,13 @@ def env_of(coords: np.ndarray, cfg: TrainConfig, prior: dict | None = None,
     return MobilityEnv(coords, cfg.k_nearest, cfg.explore_exponent, device, DestPrior.of(prior))
 
 
+def n_move_cells(coords: np.ndarray, cfg: TrainConfig) -> int:
+    """The release's number of move cells (the residual policy's table size), 1 otherwise."""
+    if cfg.destination != "residual":
+        return 1
+    return int(move_cells(coords, cfg.markov_cell_depth).max()) + 1
+
+
 def make_generators(seed: int) -> tuple[dict[str, torch.Generator], np.random.Generator]:
     """Independent streams from one seed: one torch.Generator per purpose, numpy for sampling
     participants. `noise` is the dedicated DP-noise stream (rank 0 in the distributed job)."""
@@ -226,11 +233,11 @@ class ActorCritic(nn.Module):
     def forward(self, obs: dict[str, torch.Tensor], coords_norm: torch.Tensor,
                 ctx: DestContext | None = None, actions: torch.Tensor | None = None,
                 targets: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log pi(a[, target] | s), entropy estimate, V(s)): every parameter used in one
-        forward, as DDP wants."""
-        lp, ent = self.policy.joint_log_prob(obs, coords_norm, ctx, actions, targets)
-        return lp, ent, self.value(obs, coords_norm)
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(log pi(a[, target] | s), entropy estimate, V(s), KL(pi || P_release) of a residual
+        policy or None): every parameter used in one forward, as DDP wants."""
+        return (*self.policy.joint_log_prob(obs, coords_norm, ctx, actions, targets, kl=True),
+                self.value(obs, coords_norm))
 
 
 def check_blocks(cfg: TrainConfig, blocks: int, world: int) -> None:
@@ -327,12 +334,15 @@ def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.O
                           ).to(acts.device)
             n_global = n_blocks * min(mb, n_b - start)
             o = {k: v[i] for k, v in obs.items()}
-            lp, ent, values = model(o, env.coords_norm, ctx_rows(ctx, i), acts[i], tgts[i])
+            lp, ent, kl, values = model(o, env.coords_norm, ctx_rows(ctx, i), acts[i], tgts[i])
             ratio = torch.exp(lp - logp_old[i])
             surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i]).sum()
             ent = ent.sum()
             v_loss = ((values - ret[i]) ** 2).sum()
-            loss = (-surr + s.value_coef * v_loss - s.entropy_coef * ent) * (comm.world / n_global)
+            loss = -surr + s.value_coef * v_loss - s.entropy_coef * ent
+            if kl is not None:
+                loss = loss + s.kl_coef * kl.sum()
+            loss = loss * (comm.world / n_global)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
@@ -372,7 +382,7 @@ class _Run:
         with torch.random.fork_rng(devices=[]):  # nn init uses the global RNG: fence it
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
             self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden,
-                                    cfg.destination)
+                                    cfg.destination, n_move_cells(data.coords, cfg))
             self.value = ValueNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
         self.module = ActorCritic(self.policy, self.value).to(self.device)  # CPU init, moved
         self.model = self.comm.wrap(self.module)
@@ -516,6 +526,9 @@ class _Run:
 
         model = self._from_rank0(release)
         self.start_probs = torch.as_tensor(model.start_probs, dtype=torch.float64)
+        if self.policy.residual:  # the release is the policy's parametrisation: no cloning
+            self.policy.use_release(model, coords)
+            return
         self.use_dest_prior(dest_prior(model, cfg.markov_dest_weight).to_dict())
         self.clone_markov(model)
 

@@ -83,27 +83,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # Wall seconds of the longest test files in a full `make test` (three workers on two cores,
-# fresh clone, quiet; 2026-12-04). They only order the files (longest first): a stale figure
-# costs minutes of imbalance at the end, never a wrong result.
+# fresh clone: the seconds-per-file table `make test` prints). They only order the files
+# (longest first): a stale figure costs minutes of imbalance at the end, never a wrong result.
 FILE_SECONDS = {
-    "tests/airflow/test_dag_run.py": 650,
-    "tests/reliability/test_standalone_pipeline.py": 200,
-    "tests/jobs/test_endpoints.py": 200,
-    "tests/reliability/test_collect_crash_sweep.py": 350,
-    "tests/jobs/test_collect_spark.py": 255,
-    "tests/jobs/test_train_spark.py": 185,
-    "tests/reliability/test_collect_faults.py": 170,
-    "tests/reliability/test_root_copy.py": 160,
-    "tests/jobs/test_ingest.py": 155,
-    "tests/reliability/test_train_faults.py": 150,
-    "tests/reliability/test_postgres_metastore.py": 140,
-    "tests/reliability/test_first_write_kill.py": 115,
-    "tests/jobs/test_evaluate_attacks.py": 80,
-    "tests/jobs/test_train_markov_spark.py": 75,
-    "tests/jobs/test_evaluate_longrange.py": 60,
-    "tests/jobs/test_sql_server.py": 55,
-    "tests/jobs/test_catalog.py": 50,
+    "tests/airflow/test_dag_run.py": 360,
+    "tests/reliability/test_collect_crash_sweep.py": 300,
+    "tests/reliability/test_standalone_pipeline.py": 230,
+    "tests/jobs/test_collect_spark.py": 225,
+    "tests/reliability/test_train_faults.py": 200,
+    "tests/jobs/test_ingest.py": 200,
+    "tests/jobs/test_train_spark.py": 175,
+    "tests/reliability/test_root_copy.py": 175,
+    "tests/reliability/test_collect_faults.py": 145,
+    "tests/reliability/test_postgres_metastore.py": 145,
+    "tests/jobs/test_endpoints.py": 140,
+    "tests/reliability/test_first_write_kill.py": 110,
+    "tests/jobs/test_sql_server.py": 75,
+    "tests/jobs/test_evaluate_attacks.py": 65,
+    "tests/jobs/test_train_markov_spark.py": 55,
+    "tests/jobs/test_catalog.py": 40,
     "tests/jobs/test_cluster_submit.py": 40,
+    "tests/jobs/test_evaluate_longrange.py": 35,
 }
 
 

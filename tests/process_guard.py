@@ -13,7 +13,9 @@ too. What it watches:
 - logging: every logger's level and `logging.disable`;
 - `sys.path`;
 - child processes still running (zombies excepted: nothing runs in them);
-- an active SparkContext.
+- an active SparkContext;
+- at a file's end, a warm `trajpriv sql` server on one of the worker's tmp roots (detached by
+  design, so no one's child; idle, it would hold a JVM for ten more minutes).
 
 State that a *session* fixture sets up (the shared SparkSession, its JVM, the umask and
 PYSPARK_PYTHON that `get_spark` sets for its process) lives for the whole session by design:
@@ -48,6 +50,8 @@ class ProcessState:
     sys_path: tuple[str, ...]
     children: dict[int, str] = field(default_factory=dict)  # pid -> command line
     spark_context: int | None = None  # id() of the active SparkContext
+    # pid -> command line of the detached `trajpriv sql` servers on this worker's tmp roots
+    sql_servers: dict[int, str] = field(default_factory=dict)
 
 
 def _umask() -> int:
@@ -64,10 +68,9 @@ def _log_levels() -> dict[str, int]:
     return levels
 
 
-def running_children(pid: int | None = None) -> dict[int, str]:
-    """The running (not zombie) child processes of `pid` (this process): pid -> command line."""
-    pid = os.getpid() if pid is None else pid
-    found: dict[int, str] = {}
+def _processes() -> list[tuple[int, int, str, str]]:
+    """(pid, parent pid, state, command line) of every process, from one pass over /proc."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -75,13 +78,28 @@ def running_children(pid: int | None = None) -> dict[int, str]:
             stat = (entry / "stat").read_text()
             # the command name is in parentheses and may hold spaces: fields follow the last ')'
             state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if int(ppid) != pid or state == "Z":
-                continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, IndexError):
             continue  # it ended while being read
-        found[int(entry.name)] = cmd.strip()[:200]
+        found.append((int(entry.name), int(ppid), state, cmd.strip()))
     return found
+
+
+def running_children(pid: int | None = None, procs=None) -> dict[int, str]:
+    """The running (not zombie) child processes of `pid` (this process): pid -> command line."""
+    pid = os.getpid() if pid is None else pid
+    return {p: cmd[:200] for p, ppid, state, cmd in (procs if procs is not None else _processes())
+            if ppid == pid and state != "Z" and LIBRARY_CHILD not in cmd}
+
+
+def sql_servers(basetemp: str | None, procs=None) -> dict[int, str]:
+    """The warm `trajpriv sql` servers (jobs/sql/client.py starts them detached, so they are
+    no one's children) whose config lies under `basetemp`, this worker's tmp folder: pid ->
+    command line. An idle one lives `--idle-timeout` seconds after its last query."""
+    if basetemp is None:
+        return {}
+    return {p: cmd[:200] for p, _, _, cmd in (procs if procs is not None else _processes())
+            if "jobs.sql.server" in cmd and basetemp in cmd}
 
 
 def _spark_context() -> int | None:
@@ -99,17 +117,31 @@ OWN_LOGGERS = frozenset({"trajpriv", "jobs", "models", "udfs", "tests", "bench"}
 #: Variables that pytest itself sets and changes between phases.
 PYTEST_OWN = frozenset({"PYTEST_CURRENT_TEST"})
 
+#: Process-wide state a library sets up once, on first use, for the rest of the process: it is
+#: the same whichever test comes first, so the guard takes it into its baseline instead of
+#: blaming (and undoing) the first test that happened to use the library. torch's inductor
+#: names its cache folder in the environment, and scikit-learn's import sets two Intel OpenMP
+#: variables (sklearn/__init__.py, setdefault); multiprocessing starts one resource tracker per
+#: process (killing it broke the next test that spawned ranks); every stage quiets py4j and
+#: pyspark to WARNING (jobs/harness.py configure_logging).
+LIBRARY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
+LIBRARY_CHILD = "multiprocessing.resource_tracker"
+LIBRARY_LOGGERS = {"py4j": logging.WARNING, "pyspark": logging.WARNING}
 
-def snapshot() -> ProcessState:
+
+def snapshot(basetemp: str | None = None) -> ProcessState:
+    procs = _processes()
     return ProcessState(
-        environ={k: v for k, v in os.environ.items() if k not in PYTEST_OWN},
+        environ={k: v for k, v in os.environ.items()
+                 if k not in PYTEST_OWN and k not in LIBRARY_ENV},
         cwd=os.getcwd(),
         umask=_umask(),
         log_levels=_log_levels(),
         log_disable=logging.root.manager.disable,
         sys_path=tuple(sys.path),
-        children=running_children(),
+        children=running_children(procs=procs),
         spark_context=_spark_context(),
+        sql_servers=sql_servers(basetemp, procs),
     )
 
 
@@ -131,7 +163,8 @@ def changes(before: ProcessState, after: ProcessState) -> list[str]:
         # a library's import may give its new loggers levels (torch does): only loggers that
         # existed before, and new ones of the project's own packages, are the test's doing
         new_foreign = name not in before.log_levels and name.split(".")[0] not in OWN_LOGGERS
-        if after.log_levels[name] != old and not new_foreign:
+        library_quieted = LIBRARY_LOGGERS.get(name) == after.log_levels[name]
+        if after.log_levels[name] != old and not new_foreign and not library_quieted:
             found.append(f"logger {name!r} level is {logging.getLevelName(after.log_levels[name])}"
                          f" (was {logging.getLevelName(old)})")
     if before.log_disable != after.log_disable:
@@ -145,6 +178,10 @@ def changes(before: ProcessState, after: ProcessState) -> list[str]:
         found.append(f"child process {pid} still running: {after.children[pid]}")
     if after.spark_context is not None and after.spark_context != before.spark_context:
         found.append("a SparkContext it started is still active (stop the session it opened)")
+    for pid in sorted(after.sql_servers.keys() - before.sql_servers.keys()):
+        found.append(f"trajpriv sql server {pid} still running (stop it: "
+                     f"jobs.sql.client.stop_server(root), or run sql --no-server): "
+                     f"{after.sql_servers[pid]}")
     return found
 
 
@@ -157,7 +194,7 @@ def restore(before: ProcessState, after: ProcessState) -> None:
     with contextlib.suppress(OSError):
         os.chdir(before.cwd)
     os.umask(before.umask)
-    for name, level in after.log_levels.items():
+    for name in after.log_levels:
         logger = logging.getLogger() if name == "<root>" else logging.getLogger(name)
         logger.setLevel(before.log_levels.get(name, logging.NOTSET))
     logging.disable(before.log_disable)
@@ -166,6 +203,9 @@ def restore(before: ProcessState, after: ProcessState) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+    for pid in after.sql_servers.keys() - before.sql_servers.keys():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # not our child: init reaps it
     if after.spark_context is not None and after.spark_context != before.spark_context:
         from pyspark import SparkContext
 
@@ -179,12 +219,17 @@ class ProcessGuard:
     def __init__(self) -> None:
         self.expected: dict[str, ProcessState] = {}  # "test" / "file" -> state
         self.current_file: Path | None = None
+        self.basetemp: str | None = None  # this worker's tmp folder, from the first test on
 
     def _check(self, key: str, where: str) -> None:
         before = self.expected.pop(key, None)
         if before is None:
             return
-        after = snapshot()
+        after = snapshot(self.basetemp)
+        if key == "test":
+            # a module fixture may keep a warm server for its tests (tests/jobs/
+            # test_sql_server.py): servers count at the file's end only
+            after = replace(after, sql_servers=before.sql_servers)
         found = changes(before, after)
         if found:
             restore(before, after)
@@ -193,7 +238,7 @@ class ProcessGuard:
 
     def _accept_session_state(self) -> None:
         """A session fixture was set up: what it changed is expected from now on."""
-        now = snapshot()
+        now = snapshot(self.basetemp)
         for key, before in self.expected.items():
             self.expected[key] = replace(
                 now, children={**before.children, **now.children})
@@ -209,7 +254,7 @@ class ProcessGuard:
     def pytest_runtest_setup(self, item: pytest.Item):
         if item.path != self.current_file:
             self.current_file = item.path
-            self.expected["file"] = snapshot()
+            self.expected["file"] = snapshot(self.basetemp)
         return (yield)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
@@ -224,9 +269,11 @@ class ProcessGuard:
         return result
 
     @pytest.fixture(autouse=True)
-    def _process_guard(self, request: pytest.FixtureRequest):
+    def _process_guard(self, request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory):
         """Autouse, function scope: set up after every wider fixture, torn down after every
         other function fixture of the test (those it requested come after it)."""
-        self.expected["test"] = snapshot()
+        self.basetemp = str(tmp_path_factory.getbasetemp())
+        self.expected["test"] = snapshot(self.basetemp)
         yield
         self._check("test", request.node.nodeid)

@@ -177,7 +177,10 @@ def test_running_children_sees_a_child_and_not_a_zombie():
     assert proc.pid not in running_children()
 
 
-@pytest.mark.parametrize("node", ["tests/jobs/test_logs.py::test_verbose_is_an_option_of_every_stage"])
+VERBOSE_TEST = "tests/jobs/test_logs.py::test_verbose_is_an_option_of_every_stage"
+
+
+@pytest.mark.parametrize("node", [VERBOSE_TEST])
 def test_the_verbose_test_leaves_no_verbose_behind(tmp_path, node):
     """Measured defect: test_verbose_is_an_option_of_every_stage set TRAJPRIV_VERBOSE outside
     monkeypatch, and every later test of its xdist worker ran verbose (JVM start-up lines on
@@ -194,3 +197,25 @@ def test_the_verbose_test_leaves_no_verbose_behind(tmp_path, node):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout, proc.stdout
+
+
+def test_a_detached_sql_server_on_a_tmp_root_is_named_at_the_files_end(tmp_path):
+    """Measured defect: tests/reliability/test_metastore_busy.py's `trajpriv sql` left its warm
+    server (detached, so no one's child) holding a JVM for ten minutes after the suite."""
+    import signal
+
+    from tests.process_guard import sql_servers
+
+    # a stand-in with the server's command line, detached the way jobs/sql/client.py does it
+    cmd = (f"{sys.executable} -c 'import time; time.sleep(120)' jobs.sql.server "
+           f"--config {tmp_path}/conf.yaml > /dev/null 2>&1 & echo $!")
+    pid = int(subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,
+                             check=True).stdout)
+    try:
+        before = snapshot(str(tmp_path))
+        assert pid in before.sql_servers and pid not in running_children()
+        assert sql_servers(str(tmp_path / "elsewhere")) == {}  # another worker's roots
+        found = changes(snapshot(str(tmp_path / "elsewhere")), before)
+        assert len(found) == 1 and f"trajpriv sql server {pid} still running" in found[0]
+    finally:
+        os.kill(pid, signal.SIGKILL)

@@ -59,15 +59,18 @@ def run_attacks(spark: SparkSession, cfg: Config,
         from jobs.evaluate.membership import attack_run, attack_targets
 
         targets = attack_targets(spark, cfg) if targets is None else targets
-        # the white-box MIA and LiRA score a user's days with the run's per-user critics; a
-        # Markov run has none (its release is one table of summed counts)
-        without = [t for t in targets if t[1] == "markov"]
+        # the white-box MIA and LiRA score a user's days with the run's per-user critics, which
+        # only a learned method has (a DP Markov release is one table of summed counts)
+        from jobs.methods import methods
+
+        registry = methods()
+        without = [t for t in targets if not (t[1] in registry and registry[t[1]].learned)]
         if without:
-            log.warning("membership attacks skip the markov run(s) %s: they attack per-user "
-                        "critics, which a Markov release does not have",
-                        ", ".join(t[0] for t in without))
+            log.warning("membership attacks skip the run(s) %s of methods without per-user "
+                        "critics (%s)", ", ".join(t[0] for t in without),
+                        ", ".join(sorted({t[1] for t in without})))
             figures["membership_skipped"] = sorted(t[0] for t in without)
-        targets = [t for t in targets if t[1] != "markov"]
+        targets = [t for t in targets if t not in without]
         if not targets and not without:
             log.warning("no train run of %s to attack: membership attacks skipped", cfg.dataset)
         for run_id, model, epsilon in track(targets, "evaluate membership attacks",

@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from jobs.methods import methods
 from jobs.spark.tables import SYNTHESIS_STUDY_PREFIX
 
 MECHANISM_NAMES = {"atp": "ATP", "tp": "TP", "exp": "EXP", "uniform": "UNIFORM (LDP)",
                    "ngram": "N-gram", "tracs_d": "TraCS-D", "tracs_c": "TraCS-C"}
-MODEL_NAMES = {"markov": "DP Markov", "pategail": "PateGAIL", "pategail++": "PateGAIL++",
-               "ldp": "PateGAIL-LDP", "ldp++": "PateGAIL++-LDP"}
 REFERENCE_NAMES = {"uniform_random": "uniform random days (baseline)",
                    "real_train": "real training days (floor)",
                    "raw": "raw points (no protection)"}
@@ -42,16 +41,22 @@ FIXED_COLOURS = {"ATP": PALETTE[0], "TP": PALETTE[1], "EXP": PALETTE[2],
                  REFERENCE_NAMES["raw"]: "#000000"}
 
 
+def model_names() -> dict[str, str]:
+    """Display name of each synthesis method (the registry's labels, jobs.methods)."""
+    return {name: m.label for name, m in methods().items()}
+
+
 def canonical(method: str) -> tuple[str, str]:
     """(display name, source) of a raw evaluation method name."""
     raw = str(method)
+    labels = model_names()
     if raw.startswith(SYNTHESIS_STUDY_PREFIX):
         base = raw.removeprefix(SYNTHESIS_STUDY_PREFIX)
-        return REFERENCE_NAMES.get(base) or MODEL_NAMES.get(base, base), SYNTHESIS_STUDY
+        return REFERENCE_NAMES.get(base) or labels.get(base, base), SYNTHESIS_STUDY
     if raw in REFERENCE_NAMES:
         return REFERENCE_NAMES[raw], REFERENCE
-    if raw in MODEL_NAMES:
-        return MODEL_NAMES[raw], MODEL
+    if raw in labels:
+        return labels[raw], MODEL
     base = raw.removeprefix("perturbed_")
     source = STUDY
     if base.endswith("-release"):

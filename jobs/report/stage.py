@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from jobs.config import STAGES, Config
 from jobs.keys import pseudonym, pseudonym_key
+from jobs.methods import of_run
 from jobs.report.render import ReportInputs, render_report
 from jobs.spark.catalog import table_exists
 from jobs.spark.tables import (
@@ -139,9 +140,7 @@ def _training(train_run: pd.Series | None) -> tuple[pd.DataFrame, list[dict]]:
     privacy = []
     if "epsilon" in figures:
         model = figures.get("privacy_model", "central")
-        setting = (f"one DP Markov release ({figures.get('mechanism')} noise), {model} epsilon"
-                   if figures.get("method") == "markov"
-                   else f"{figures.get('rounds_done', '?')} rounds, {model} epsilon")
+        setting = of_run(figures).privacy_setting(figures)
         if model == "local":
             setting += " (per user, against the server)"
         for warning in figures.get("warnings") or []:

@@ -96,6 +96,13 @@ def _sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def catalogue_entry(table: str | Table) -> str | Table:
+    """The catalogue's `Table` for a name it holds, however the caller spelled it (a plain
+    `"trajpriv_pub.locations"` from a test or a bench is that entry, checked and commented like
+    it); any other name as given."""
+    return ALL.get(str(table), table)
+
+
 def layout_of(df: DataFrame, table: str | Table, partition_by: Iterable[str] | None) -> list[str]:
     """The partition columns of a write, after checking `df` against the catalogue entry.
 
@@ -138,6 +145,7 @@ def write_table(
     that passes it must list every partition `df` has; listing more keeps them from the drop.
     """
     spark = df.sparkSession
+    table = catalogue_entry(table)
     partition_by = layout_of(df, table, partition_by)
     replace = dict(replace or {})
     unknown = set(replace) - set(partition_by)
@@ -206,6 +214,7 @@ def create_table(df: DataFrame, table: str, partition_by: list[str]) -> None:
         location.rename(aside)
         log.warning("table %s: its folder %s held files but no catalog entry (a first write "
                     "that was interrupted); moved aside to %s", table, location, aside)
+    table = catalogue_entry(table)
     if isinstance(table, Table):  # its comments, for DESCRIBE (layout_of checked the columns)
         notes = table.comments()
         df = df.select(*[F.col(c).alias(c, metadata={"comment": notes[c]}) for c in df.columns])
@@ -240,6 +249,7 @@ def append_table(df: DataFrame, table: str | Table, *,
     Nothing is overwritten or deleted: each call adds files, committed by Spark's job commit.
     """
     spark = df.sparkSession
+    table = catalogue_entry(table)
     partition_by = layout_of(df, table, partition_by)
     if not table_exists(spark, table):
         create_table(df, table, partition_by)

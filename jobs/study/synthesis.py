@@ -24,7 +24,6 @@ user) and held-out (n, 48) -> per method and seed (n_days, 48) -> metric rows.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -74,31 +73,12 @@ def study_days(spark, cfg: Config) -> tuple[Any, np.ndarray, np.ndarray]:
 
 def train_and_sample(method: str, cfg: Config, data, n_days: int, seed: int
                      ) -> tuple[np.ndarray, float]:
-    """(n_days synthetic days, epsilon spent) of `method` trained on `data` at the target."""
-    eps = cfg.train.target_epsilon
-    if method == "markov":
-        from models.markov import fit_markov
+    """(n_days synthetic days, epsilon spent) of `method` (jobs.methods' registry) trained on
+    `data` at the target."""
+    from jobs.methods import get
 
-        ms = cfg.train.markov
-        model = fit_markov(data.days_per_user, data.coords, eps, cfg.train.delta, seed,
-                           mechanism=ms.mechanism, accountant=cfg.train.accountant,
-                           cell_depth=ms.cell_depth, tau=ms.tau, smooth=ms.smooth)
-        return model.sample(n_days, np.random.default_rng([seed, 1])), model.epsilon
-    import torch
-
-    from models.budget import noise_for_epsilon
-    from models.env import MobilityEnv
-    from models.synthesis import synthesize
-    from models.train import fit
-
-    base = cfg.train.model_config_of(seed, method)
-    noise = noise_for_epsilon(base, data.n_users, data.coords, base.rounds, eps)
-    mc = dataclasses.replace(base, noise=noise, target_epsilon=eps * (1 + 1e-9))
-    res = fit(mc, data, round_log_level=logging.DEBUG)
-    env = MobilityEnv(data.coords, mc.k_nearest, mc.explore_exponent)
-    days = synthesize(res.policy(), env, res.start_probs, n_days,
-                      torch.Generator().manual_seed(seed + 1))
-    return days, float(res.accountant["epsilon"])
+    model = get(method).fit(cfg, data, cfg.train.target_epsilon, seed)
+    return model.sample(n_days, seed), float(model.epsilon)
 
 
 def score(test: np.ndarray, days: np.ndarray, coords: np.ndarray, mode: str) -> dict[str, float]:

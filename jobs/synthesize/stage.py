@@ -1,8 +1,8 @@
 """`trajpriv synthesize`: N synthetic days from a trained run, generated over Spark partitions.
 
-Reads the run's `policy.pt` (latest ok train run of the dataset in `trajpriv_pub.runs`, or
-`--train-run ID`; for a `markov` run its `markov.npz`, sampled by
-`jobs.train.markov.sample_partition`), broadcasts it, and lets partition p of
+Reads the run's model (latest ok train run of the dataset in `trajpriv_pub.runs`, or
+`--train-run ID`; the file its method names, `artefact` of jobs.methods: `policy.pt`,
+`markov.npz`, ...), broadcasts it, and lets partition p of
 `synthesize.partitions` generate its share of `synthesize.n_days` days with a generator
 seeded from HMAC(run key, train run id, p) (`mapInPandas`; no user data is read: the model and
 its start distribution are already private, so this is post-processing and spends nothing).
@@ -17,7 +17,6 @@ Row shapes: range(partitions) -> per partition n_p rows (traj_no, slots) -> tabl
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import time
@@ -29,6 +28,7 @@ import pandas as pd
 import yaml
 
 from jobs.config import Config
+from jobs.methods import of_run
 from jobs.spark.tables import LOCATIONS, RUNS, SYNTHETIC_POINTS, SYNTHETIC_TRAJECTORIES
 from udfs.derive import seed63
 from udfs.errors import InputDataError
@@ -72,31 +72,6 @@ def shares(n: int, parts: int) -> list[tuple[int, int]]:
     return list(zip(np.cumsum([0, *counts[:-1]]).tolist(), counts, strict=True))
 
 
-def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -> pd.DataFrame:
-    """The pure kernel: partition p's days as (traj_no, slots of location ids)."""
-    import torch
-
-    from models.env import DestPrior, MobilityEnv
-    from models.policy import PolicyNet
-    from models.synthesis import synthesize
-
-    torch.set_num_threads(1)
-    art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-    meta = art["meta"]
-    # a run pre-trained on the Markov release drew its explore moves from its tilted weights
-    env = MobilityEnv(np.asarray(meta["coords"]), art["k_nearest"], art["explore_exponent"],
-                      dest_prior=DestPrior.of(art.get("dest_prior")))
-    # a state with the destination head's weights restores the learned-destination policy
-    policy = PolicyNet.from_state(art["n_locations"], art["loc_dim"], art["slot_dim"],
-                                  art["hidden"], art["policy_state"])
-    gen = torch.Generator()
-    gen.manual_seed(int(np.random.SeedSequence([seed, p]).generate_state(1, np.uint64)[0] >> 1))
-    days = synthesize(policy, env, art["start_probs"], count, gen)
-    loc_ids = np.asarray(meta["loc_ids"], dtype=np.int64)
-    return pd.DataFrame({"traj_no": np.arange(first, first + count, dtype=np.int64),
-                         "slots": list(loc_ids[days].astype(np.int32))})
-
-
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -104,15 +79,12 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     train_run, figs = find_train_run(spark, cfg, getattr(ctx.args, "train_run", None))
-    markov = figs.get("method") == "markov"
-    if markov:
-        from jobs.train.markov import ARTEFACT, sample_partition
-    path = cfg.storage.runs_dir / train_run / (ARTEFACT if markov else "policy.pt")
+    method = of_run(figs)
+    path = cfg.storage.runs_dir / train_run / method.artefact
     if not path.exists():
         raise InputDataError(f"train run {train_run} has no model at {path}")
     blob = path.read_bytes()
-    art_meta = {"scheme": "markov"} if markov else _peek(blob)
-    generate = sample_partition if markov else generate_partition
+    model_name = method.model_name(blob)
     seed = synth_seed(cfg, train_run)
     n, parts = cfg.synthesize.n_days, cfg.synthesize.partitions
     plan = shares(n, parts)
@@ -123,12 +95,12 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
             for p in pdf["id"].tolist():
                 first, count = plan[p]
                 if count:
-                    yield generate(bc.value, seed, p, first, count)
+                    yield method.load(bc.value).sample_partition(seed, p, first, count)
 
     days = spark.range(0, parts, numPartitions=parts).mapInPandas(
         kernel, "traj_no long, slots array<int>")
     out = days.select(F.lit(train_run).alias("run_id"), F.lit(cfg.dataset).alias("dataset"),
-                      F.lit(art_meta["scheme"]).alias("model"),
+                      F.lit(model_name).alias("model"),
                       F.lit(float(figs["epsilon"])).alias("epsilon"),
                       F.lit(float(figs["delta"])).alias("delta"),
                       F.lit(privacy_model(figs)).alias("privacy_model"), "traj_no", "slots")
@@ -148,7 +120,7 @@ def run(spark, cfg: Config, ctx) -> dict[str, Any]:
                                         & (F.col("run_id") == train_run)).count())
     if written != n:
         raise InputDataError(f"wrote {written} synthetic days for {train_run}, expected {n}")
-    return {"train_run": train_run, "model": art_meta["scheme"], "days": written,
+    return {"train_run": train_run, "model": model_name, "days": written,
             "epsilon": figs["epsilon"], "delta": figs["delta"],
             "privacy_model": privacy_model(figs), "partitions": parts,
             "synth_s": round(time.perf_counter() - t0, 3)}
@@ -158,14 +130,9 @@ def privacy_model(figs: dict) -> str:
     """`local` or `central` as the train run published it (runs before the label: by method)."""
     if "privacy_model" in figs:
         return str(figs["privacy_model"])
-    return "local" if figs.get("method") in ("ldp", "ldp++") else "central"
+    from models.config import LOCAL_SCHEMES
 
-
-def _peek(blob: bytes) -> dict:
-    import torch
-
-    art = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-    return {"scheme": art["scheme"]}
+    return "local" if figs.get("method") in LOCAL_SCHEMES else "central"
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ Steps (plan, then spend), as for the learned methods:
    `markov.npz`, the ledger charged `spent` at the accounted epsilon.
 Nothing else leaves the trusted zone: the partial sums stay in the Spark tasks' memory and the
 driver's; the figures are the accountant's summary, settings and timings (`PUBLIC_FIGURES` of
-jobs/train/stage.py).
+jobs/train/figures.py).
 Row shapes: staged days (shard, uidx, user_id, date, slots) -> per shard one row of summed
 statistics (npz bytes) -> driver: one `Stats` -> `MarkovModel`.
 """
@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from jobs.config import Config
+from jobs.methods.markov import ARTEFACT
+from jobs.train.figures import COVERS, PUBLIC_FIGURES
 from models.markov import MarkovModel, Stats, add_stats, move_cells, release_markov, user_stats
 from udfs.atomic import atomic_open
-
-ARTEFACT = "markov.npz"  # the released tables, in the run folder
 
 
 def _stats_bytes(stats: Stats) -> bytes:
@@ -110,13 +110,11 @@ def save(model: MarkovModel, out_dir: Path, loc_ids: np.ndarray, coords: np.ndar
 def figures_of(cfg: Config, model: MarkovModel, n_users: int, timings: dict[str, float],
                out_dir: Path) -> dict[str, Any]:
     """The run's published figures: the accountant's summary, settings, timings."""
-    from jobs.train.stage import COVERS, PUBLIC_FIGURES
-
     acc = model.accountant
     figures = {
         "epsilon": acc["epsilon"], "delta": acc["delta"], "basic_epsilon": acc["basic_epsilon"],
         "accountant": acc["method"], "target_epsilon": acc["target_epsilon"],
-        "privacy_model": "central", "epsilon_covers": COVERS["central"], "method": "markov",
+        "privacy_model": "central", "epsilon_covers": COVERS["central"], "method": cfg.train.method,
         "mechanism": cfg.train.markov.mechanism, "rounds_done": 0, "rounds_planned": 0,
         "stopped_reason": "released", "users": n_users, "warnings": [],
         "stage_s": round(timings["stage_s"], 3), "train_launch_s": round(timings["fit_s"], 3),
@@ -127,13 +125,3 @@ def figures_of(cfg: Config, model: MarkovModel, n_users: int, timings: dict[str,
         raise AssertionError(f"train figures {sorted(unlisted)} are not in PUBLIC_FIGURES")
     return figures
 
-
-def sample_partition(blob: bytes, seed: int, p: int, first: int, count: int) -> pd.DataFrame:
-    """Partition p's synthetic days from a `markov.npz` (post-processing of the release):
-    (traj_no, slots of location ids), numpy's generator seeded by (seed, p)."""
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        model = MarkovModel(*(z[name] for name in MarkovModel.TABLES))
-        loc_ids = z["loc_ids"]
-    days = model.sample(count, np.random.default_rng([seed, p]))
-    return pd.DataFrame({"traj_no": np.arange(first, first + count, dtype=np.int64),
-                         "slots": list(loc_ids[days].astype(np.int32))})

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import Config
+from jobs.train.figures import COVERS, PUBLIC_FIGURES  # noqa: F401  (the harness reads them here)
 from models.config import TrainConfig
 from udfs.derive import seed63
 from udfs.errors import ConfigError
@@ -263,12 +264,18 @@ def rank_errors(out_dir: Path, world: int) -> str:
 
 
 def run(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """`train.method`'s Spark training (its registry entry's `trainer`, jobs.methods)."""
+    from jobs.methods import get, trainer_of
+
+    return trainer_of(get(cfg.train.method))(spark, cfg, ctx)
+
+
+def run_learned(spark, cfg: Config, ctx) -> dict[str, Any]:
+    """A learned method (jobs/methods/learned.py): rounds on TorchDistributor ranks."""
     from jobs.spark.split import load_locations, write_split
     from jobs.train.data import load_shard, stage_shards
     from models.distributed import RankFailedError, RankJob, check_summary
 
-    if not cfg.train.learned:
-        return run_markov(spark, cfg, ctx)
     check_slots(cfg)
     check_devices(cfg)
     check_spark_gpus(spark, cfg)
@@ -372,8 +379,8 @@ def plan_rounds(cfg: Config, mc: TrainConfig, n_users: int, coords
 
 
 def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
-    """`train.method: markov` (jobs/train/markov.py): the same split, staging and ledger
-    charges as a learned run; one release instead of rounds."""
+    """The DP Markov method (jobs/methods/markov.py, fitted by jobs/train/markov.py): the same
+    split, staging and ledger charges as a learned run; one release instead of rounds."""
     from jobs.spark.split import write_split
     from jobs.train import markov
     from jobs.train.data import stage_shards
@@ -390,8 +397,9 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
         t_stage = time.perf_counter() - t0
         log.info("train %s: %d users, one DP Markov release (central privacy)", cfg.dataset,
                  meta["n_users"])
-        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
-                        state="planned", epsilon=cfg.train.target_epsilon)
+        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
+                        f"{cfg.train.method}:central", state="planned",
+                        epsilon=cfg.train.target_epsilon)
         model, info = markov.fit(spark, cfg, staging, training_seed(cfg))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -400,8 +408,8 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
     figures = markov.figures_of(cfg, model, meta["n_users"],
                                 {"stage_s": t_stage, "fit_s": info["stats_s"] + info["release_s"]},
                                 out_dir)
-    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"], "markov:central",
-                    state="spent", epsilon=float(figures["epsilon"]))
+    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
+                    f"{cfg.train.method}:central", state="spent", epsilon=float(figures["epsilon"]))
     return figures
 
 
@@ -431,34 +439,6 @@ def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, us
 def ledger_model(mc: TrainConfig) -> str:
     """The ledger's `mechanism` of a training charge: method and privacy model."""
     return f"{mc.scheme}:{mc.privacy_model}"
-
-
-# Every figure a train run publishes (trajpriv_pub.runs, the console line) and why it may be:
-# "dp" a DP release or its post-processing, "config" a setting, "public" fixed by the
-# neighbouring relation (the number of training users N: replace-one keeps it, and every
-# release's sensitivity 1/N is computed from it), "time" a timing. Anything else goes to
-# trusted.json. tests/jobs/test_train_privacy_spark.py scans the published row against this.
-PUBLIC_FIGURES = {
-    "epsilon": "dp", "delta": "config", "basic_epsilon": "dp", "accountant": "config",
-    "target_epsilon": "config", "privacy_model": "config", "epsilon_covers": "config",
-    "local_epsilon_per_round": "dp", "method": "config", "critic": "config", "noise": "config",
-    "pilot": "config", "beta": "config", "mechanism": "config", "sampling": "config",
-    "rounds_done": "dp", "stopped_reason": "dp",
-    "rounds_planned": "config", "pairs_per_round": "config", "destination": "config",
-    "resumed_at_round": "config", "num_processes": "config", "blocks": "config",
-    "users": "public", "reward_mean": "dp", "epsilon_by_round": "dp", "warnings": "config",
-    "stage_s": "time", "train_launch_s": "time", "seconds_per_round": "time",
-    "launch_overhead_s": "time", "artefacts": "config",
-}
-
-COVERS = {
-    "central": "user-level: the policy, the start distribution, the synthetic days and every "
-               "published figure, against replacing one user's whole data; the server (the "
-               "ranks) is trusted",
-    "local": "local, per user: what each user's reports reveal to the server about that user's "
-             "data (rewards and start report perturbed on the user's side before any sum); "
-             "epsilon is per user, composed over the rounds",
-}
 
 
 def epsilon_covers(mc: TrainConfig) -> str:

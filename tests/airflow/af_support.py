@@ -43,6 +43,7 @@ class DagRunResult:
     state: str | None
     task_states: dict[str, str]
     tries: dict[str, int]  # task id -> number of attempts (retries included)
+    seconds: dict[str, float]  # task id -> its run time (the metadata DB's duration)
 
 
 class AirflowRunner:
@@ -88,24 +89,27 @@ class AirflowRunner:
             timeout=timeout,
             check=False,
         )
-        state, tasks, tries = self.last_run_states()
-        return DagRunResult(proc.returncode, proc.stdout, state, tasks, tries)
+        state, tasks, tries, seconds = self.last_run_states()
+        return DagRunResult(proc.returncode, proc.stdout, state, tasks, tries, seconds)
 
-    def last_run_states(self) -> tuple[str | None, dict[str, str], dict[str, int]]:
-        """The newest DAG run's state, and its task instances' states and tries (metadata DB)."""
+    def last_run_states(self) -> tuple[str | None, dict[str, str], dict[str, int],
+                                       dict[str, float]]:
+        """The newest DAG run's state, and its task instances' states, tries and seconds
+        (metadata DB)."""
         with sqlite3.connect(self.home / "airflow.db") as db:
             row = db.execute(
                 "SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
                 (DAG_ID,),
             ).fetchone()
             if row is None:
-                return None, {}, {}
+                return None, {}, {}, {}
             rows = db.execute(
-                "SELECT task_id, state, try_number FROM task_instance "
+                "SELECT task_id, state, try_number, duration FROM task_instance "
                 "WHERE dag_id = ? AND run_id = ?",
                 (DAG_ID, row[0]),
             ).fetchall()
-        return row[1], {t: s for t, s, _ in rows}, {t: n for t, _, n in rows}
+        return (row[1], {t: s for t, s, _, _ in rows}, {t: n for t, _, n, _ in rows},
+                {t: round(d or 0.0, 1) for t, _, _, d in rows})
 
 
 def clean_env() -> dict[str, str]:

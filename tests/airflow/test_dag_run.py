@@ -31,14 +31,18 @@ STAGE_TABLES = {
     "report": [],
 }
 # The embedded default at a fraction of its size, for the DAG runs.
+# The study sweeps one setting: its mechanism x epsilon grid is the in-process study tests'
+# (tests/jobs/test_evaluate_stage.py, test_study_synthesis.py); here it only has to run
+# through spark-submit and feed the report.
 SMALL = ["datagen.users=60", "datagen.days=7", "train.rounds=2", "train.noise=2.0",
-         "synthesize.n_days=60",
-         "evaluate.lira_shadows=2", "evaluate.attack_bootstrap=50"]
+         "synthesize.n_days=60", "study.mechanisms=[atp]", "study.epsilons=[4.0]",
+         "study.prq_km=[1.0]", "evaluate.lira_shadows=2", "evaluate.attack_bootstrap=50"]
 # Not the collection (the later dates of the multi-date run): marked success, not run.
 NOT_COLLECTION = ("study", "train", "synthesize", "evaluate", "report")
 
 
 def _expect_all_tasks_succeeded(result) -> None:
+    print("task seconds:", result.seconds)  # shown with a failure, or with -rP
     failed = {t: s for t, s in result.task_states.items() if s != "success"}
     assert result.returncode == 0 and result.state == "success" and not failed, (
         f"DAG run {result.state}, tasks not successful: {failed}\n{result.output[-6000:]}"

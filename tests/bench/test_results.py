@@ -43,6 +43,7 @@ def test_write_result_rejects_ragged_rows(tmp_path):
 def test_synthesis_bench_publishes_one_table_per_dataset(tmp_path, monkeypatch):
     from argparse import Namespace
 
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench puts the root first on import
     from bench import reproduce_synthesis as rs
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     stats = dict.fromkeys((*rs.METRICS, *rs.LONGRANGE_METRICS), (0.25, 0.0125))
@@ -68,6 +69,7 @@ def test_synthesis_bench_publishes_one_table_per_dataset(tmp_path, monkeypatch):
 def test_pipeline_bench_publishes_its_stage_table(tmp_path, monkeypatch):
     from argparse import Namespace
 
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench puts the root first on import
     from bench import bench_pipeline
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     rows = [{"stage": "ingest", "status": "ok", "stage_s": 12.34, "wall_s": 20.0,

@@ -20,8 +20,8 @@ import pytest
 from jobs.report.render import ReportInputs, render_report
 from tests.jobs.test_report_defects import HEADER, _evaluation, _map_points
 
-SECTIONS = ("summary", "ldp", "synthesis-study", "mobility", "attacks", "privacy", "map", "training",
-            "runs")
+SECTIONS = ("summary", "ldp", "synthesis-study", "mobility", "attacks", "privacy", "map",
+            "training", "runs")
 # After load, write what the layout computed into the DOM, which --dump-dom prints.
 PROBE = """<script>addEventListener('load', () => {
   const out = document.createElement('pre'); out.id = 'probe';

@@ -82,6 +82,33 @@ def test_a_write_that_drifts_from_the_catalogue_is_refused(spark):
         spark.table(LOCATIONS).where("dataset = 'drift'").count() == 0
 
 
+@pytest.mark.spark
+def test_a_catalogue_table_named_as_a_plain_string_is_still_the_catalogue_entry(
+        spark, monkeypatch):
+    """Measured defect: `write_table(df, "trajpriv_pub.locations", ...)` (a str, as tests and
+    bench_collect wrote it) skipped the catalogue: no column check, and a first write created
+    the table without comments, so DESCRIBE showed NULL for whoever wrote it next."""
+    import uuid
+
+    from jobs.spark import catalog
+
+    bad = spark.createDataFrame([(1, 31.2, 121.4, "drift")],
+                                "loc_id bigint, lat double, lon double, dataset string")
+    with pytest.raises(ValueError, match=r"loc_id is bigint, the catalogue says int"):
+        catalog.write_table(bad, str(LOCATIONS), partition_by=["dataset"],
+                            replace={"dataset": "drift"})
+    probe = Table(f"trajpriv_pub.comment_probe_{uuid.uuid4().hex[:8]}", partition_by=("dataset",),
+                  columns="loc_id int, lat double, dataset string", holds="a test probe")
+    monkeypatch.setitem(catalog.ALL, str(probe), probe)
+    try:
+        catalog.write_table(bad.select(bad.loc_id.cast("int").alias("loc_id"), "lat", "dataset"),
+                            str(probe), partition_by=["dataset"])
+        got = {c.name: c.description for c in spark.catalog.listColumns(probe)}
+        assert got == probe.comments()
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {probe}")
+
+
 def test_every_column_of_every_table_has_a_comment():
     """DESCRIBE showed `comment NULL` everywhere; the catalogue now holds one per column."""
     from jobs.spark.tables import ALL

@@ -11,7 +11,14 @@ import torch
 
 from models.config import TrainConfig
 from models.env import EXPLORE, HOME, N_BANDS, RETURN, STAY, EnvState, MobilityEnv
-from models.policy import NEG, PolicyNet, ValueNet, joint_log_prob, sample_destinations
+from models.policy import (
+    NEG,
+    PolicyNet,
+    ValueNet,
+    _dest_log_prob,
+    joint_log_prob,
+    sample_destinations,
+)
 from models.ppo import PPOSettings, ppo_update, rollout
 from models.synthesis import synthesize
 from models.train import fit
@@ -66,8 +73,10 @@ def _location_table(pol: PolicyNet, env: MobilityEnv, state: EnvState, action: i
     logits, h = pol.logits_and_hidden(obs, env.coords_norm)
     head = pol.dest
     if broken:
-        def head(h, ctx):
-            return ctx.exp_base, ctx.ret_base
+        class head:  # noqa: N801  (a head object: the public base only)
+            @staticmethod
+            def log_prob(h, ctx, actions, targets):
+                return _dest_log_prob(ctx.exp_base, ctx.ret_base, ctx, actions, targets)
     cand = ctx.exp_cand[0] if action == EXPLORE else ctx.ret_cand[0]
     base = ctx.exp_base[0] if action == EXPLORE else ctx.ret_base[0]
     out = {}
@@ -216,7 +225,7 @@ def test_learned_destinations_resume_and_synthesize_round_trip(tmp_path):
 
 
 def test_synthesize_stage_kernel_restores_the_learned_head():
-    from jobs.synthesize.stage import generate_partition
+    from jobs.methods.learned import generate_partition
 
     data = toy_data()
     cfg = dataclasses.replace(tiny_config(rounds=2, destination="learned"))

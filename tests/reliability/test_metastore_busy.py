@@ -86,7 +86,8 @@ def test_second_process_is_refused_clearly_and_the_catalog_survives(tmp_path):
         holder.stdout.close()
     query = "SELECT sum(n) AS total, count(*) AS rows FROM trajpriv_pub.busy_probe"
     reader = subprocess.run([sys.executable, "-m", "jobs.cli", "sql", query, "--config",
-                             str(conf)], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                             str(conf), "--no-server"],  # the reader itself, no server left
+                            cwd=ROOT, env=_env(), capture_output=True, text=True,
                             timeout=LIMIT_S)
     assert reader.returncode == 0, reader.stderr[-3000:]
     assert "|10   |5   |" in reader.stdout, reader.stdout

@@ -28,6 +28,7 @@ import pytest
 
 from jobs.config import load_config
 from jobs.spark import metastore_pg
+from jobs.sql import client
 from tests.reliability.test_collect_faults import LIMIT_S, _env, _sets
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -161,6 +162,7 @@ def test_sql_answers_while_collect_writes_and_sees_a_whole_release(pg_url, tmp_p
         assert collect.poll() is None, "collect ended before its release task started"
         time.sleep(0.5)
     during, sql_s = _sql(conf)  # a second Spark process on the same catalog, now
+    client.stop_server(tmp_path / "data")  # else its warm server idles on to its timeout
     _wait(collect, conf, "B,snapB")
     collect_s = time.perf_counter() - t0
     after = _mechanisms(pickle.loads((conf.parent / "B,snapB.pkl").read_bytes())["snapB"])
