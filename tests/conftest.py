@@ -88,6 +88,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 FILE_SECONDS = {
     "tests/airflow/test_dag_run.py": 360,
     "tests/reliability/test_collect_crash_sweep.py": 300,
+    "tests/jobs/test_endpoints.py": 260,
     "tests/reliability/test_standalone_pipeline.py": 230,
     "tests/jobs/test_collect_spark.py": 225,
     "tests/reliability/test_train_faults.py": 200,
@@ -96,7 +97,6 @@ FILE_SECONDS = {
     "tests/reliability/test_root_copy.py": 175,
     "tests/reliability/test_collect_faults.py": 145,
     "tests/reliability/test_postgres_metastore.py": 145,
-    "tests/jobs/test_endpoints.py": 140,
     "tests/reliability/test_first_write_kill.py": 110,
     "tests/jobs/test_sql_server.py": 75,
     "tests/jobs/test_evaluate_attacks.py": 65,
