@@ -97,7 +97,12 @@ def _load_builtin() -> None:
 def methods() -> dict[str, SynthesisMethod]:
     """Every registered method by name, the built-in ones first."""
     _load_builtin()
-    return dict(_REGISTRY)
+
+    def rank(method: SynthesisMethod) -> int:  # BUILTIN's order, whoever imported one first
+        module = type(method).__module__
+        return BUILTIN.index(module) if module in BUILTIN else len(BUILTIN)
+
+    return {m.name: m for m in sorted(_REGISTRY.values(), key=rank)}  # stable: then as registered
 
 
 def names(*, learned: bool | None = None) -> list[str]:
