@@ -53,9 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.process_guard import ProcessGuard
 
     config.pluginmanager.register(ProcessGuard(), "process_guard")
-    if not hasattr(config, "workerinput"):  # the reporting process: per-file seconds
-        from tests.suite_timing import FileTimes
+    from tests.suite_timing import CpuMeter, FileTimes
 
+    config.pluginmanager.register(CpuMeter(), "cpu_meter")  # where tests run
+    if not hasattr(config, "workerinput"):  # the reporting process: per-file seconds
         config.pluginmanager.register(FileTimes(), "suite_timing")
     # Under pytest-xdist, the controlling process starts it before the workers start.
     if (config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")
