@@ -22,6 +22,7 @@ from models.markov2 import (
     fit_markov2,
     perturb2,
     place_before,
+    release_markov2,
     second_moves,
     shares_of,
     user_stats2,
@@ -200,10 +201,11 @@ def test_tiny_epsilon_falls_back_to_first_order():
     rate (P(Z > 3) = 0.00135 a row), and a release that uses no row samples exactly the days of
     its first-order chain."""
     users, coords, cell_of, (a, b, _, d, _) = _two_routes()
+    exact = user_stats2(users, cell_of, len(coords))
     used, identical = [], 0
     for seed in range(10):
-        model = fit_markov2(users, coords, 0.05, 1e-5, seed,
-                            Markov2Settings(cell_depth=3, smooth=0))
+        model = release_markov2(exact, coords, cell_of, 0.05, 1e-5, seed,
+                                Markov2Settings(cell_depth=3, smooth=0))
         assert not model.second_used[cell_of[[a, d]], cell_of[b]].any()
         used.append(int(model.second_used.sum()))
         if not used[-1]:
