@@ -13,11 +13,11 @@ A method is named by `train.method` and `study.synthesis_methods`. What each sta
 
 Adding a method: its own module under jobs/methods/ (a module-level `register(...)` call),
 and its module path in `BUILTIN`. A method with `trainable = False` (optional attribute,
-default true) is a study and bench method: `train.method` refuses it (`check_trainable`). The stages enumerate `names()` and look methods up with
-`get`; none compares a method name. Why the train stage names its trainer by a string: the
-stages import one another only downwards (pyproject's import contracts), the study sits below
-train, and a method module imported by the study must not import the train stage; only the
-train stage resolves `trainer`.
+default true) is a study and bench method: `train.method` refuses it (`check_trainable`).
+The stages enumerate `names()` and look methods up with `get`; none compares a method name.
+Why the train stage names its trainer by a string: the stages import one another only downwards
+(pyproject's import contracts), the study sits below train, and a method module imported by the
+study must not import the train stage; only the train stage resolves `trainer`.
 
 No pyspark and no torch at import: jobs.config validates method names against the registry,
 and a method module imports its core (models.*) inside its functions.
