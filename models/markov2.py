@@ -40,6 +40,7 @@ place before and their mass stands above the noise.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ from models.markov import (
     _model_of,
     add_stats,
     calibrate,
+    fit_markov,
     label_actions,
     move_cells,
     noised,
@@ -66,6 +68,9 @@ from udfs.errors import InvalidParameterError
 
 SECOND = "second"  # the release's name in the plan
 SENSITIVITY2 = (2.0, math.sqrt(2.0))  # L1, L2 of one user's normalised second-order counts
+# the first-order settings' defaults have one home: `markov.fit_markov`'s keywords
+_FIRST = {name: p.default for name, p in inspect.signature(fit_markov).parameters.items()
+          if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,11 @@ class Markov2Settings:
     soft threshold `tau` in noise sds, action-table pooling), the second-order release's budget
     share and the row threshold (in sds of a row's noisy total). Utility choices only."""
 
-    mechanism: str = "gaussian"
-    accountant: str = "rdp"
-    cell_depth: int = 5
-    tau: float = 2.0
-    smooth: int = 1
+    mechanism: str = _FIRST["mechanism"]
+    accountant: str = _FIRST["accountant"]
+    cell_depth: int = _FIRST["cell_depth"]
+    tau: float = _FIRST["tau"]
+    smooth: int = _FIRST["smooth"]
     second_share: float = 0.2
     threshold: float = 3.0
 
