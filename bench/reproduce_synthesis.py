@@ -4,6 +4,10 @@ Every private row spends at most the stated epsilon at delta 1e-5 (RDP accountan
 training default) on the shared Geolife split (real.data per user; paper-mode JSD of
 udfs.mobility against test.data, as bench/reproduce_pategail.py, whose helpers this imports):
 - DP Markov: models.markov.fit_markov (Gaussian noise), the simple baseline;
+- DP Markov (adaptive 2nd order): models.markov2.fit_markov2 (Gaussian noise), the first-order
+  releases plus a second-order move table with `--markov2-share` of the budget, a move using its
+  (cell before, current cell) row where that row's noisy total clears `--markov2-threshold`
+  noise sds (the `rows` column of the runs: how many did);
 - PateGAIL Laplace / PateGAIL Gaussian: the uniform scheme with `mechanism` laplace / gaussian,
   its noise found by bisection so that the plan (start distribution + `--rounds` rounds) reaches
   the epsilon (models.budget.noise_for_epsilon), target_epsilon set to it; the DP start
@@ -80,6 +84,7 @@ from models.config import TrainConfig  # noqa: E402
 from models.data import TrainData  # noqa: E402
 from models.env import SLOTS, MobilityEnv  # noqa: E402
 from models.markov import fit_markov  # noqa: E402
+from models.markov2 import Markov2Settings, fit_markov2  # noqa: E402
 from models.starts import start_mass  # noqa: E402
 from udfs.longrange import LONGRANGE_METRICS  # noqa: E402
 
@@ -159,6 +164,8 @@ def main() -> None:
     ap.add_argument("--residual", default="",
                     help="markov_share list (rho) of residual rows (see the doc)")
     ap.add_argument("--kl-coef", type=float, default=TrainConfig.kl_coef)
+    ap.add_argument("--markov2-share", type=float, default=Markov2Settings.second_share)
+    ap.add_argument("--markov2-threshold", type=float, default=Markov2Settings.threshold)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
@@ -197,6 +204,7 @@ def main() -> None:
         rows.append({"method": "DP Markov (Gaussian)", "epsilon": e, "setting": "",
                      **summarise(runs, (*COLUMNS, "spent")), "runs": runs})
         print(f"markov eps {e:g}: spent {runs[-1]['spent']:.4g}", flush=True)
+        rows.append(markov2_row(args, data, test, n, mode, e, seeds))
         save()
         shares = ([] if args.no_plain else [None]) + [
             float(x) for x in args.pretrain_markov.split(",") if x]
@@ -261,6 +269,23 @@ def main() -> None:
           f"total {time.perf_counter() - t_all:.0f} s")
     save()
     publish(args, seeds, rows)
+
+
+def markov2_row(args: argparse.Namespace, data: TrainData, test: np.ndarray, n: int, mode: str,
+                e: float, seeds: list[int]) -> dict:
+    """The adaptive second-order DP Markov row at epsilon e (Gaussian, as the DP Markov row)."""
+    settings = Markov2Settings(second_share=args.markov2_share, threshold=args.markov2_threshold)
+    runs = []
+    for seed in seeds:
+        m = fit_markov2(data.days_per_user, data.coords, e, DELTA, seed, settings)
+        days = m.sample(n, np.random.default_rng(seed + 1))
+        runs.append({"spent": m.epsilon, "rows": m.accountant["second_rows_used"],
+                     **scores(test, days, data.coords, mode)})
+    print(f"markov2 eps {e:g}: spent {runs[-1]['spent']:.4g}, second-order rows used "
+          f"{[r['rows'] for r in runs]}", flush=True)
+    return {"method": "DP Markov adaptive 2nd order (Gaussian)", "epsilon": e,
+            "setting": f"w2={settings.second_share:g} k={settings.threshold:g}",
+            **summarise(runs, (*COLUMNS, "spent", "rows")), "runs": runs}
 
 
 def publish(args: argparse.Namespace, seeds: list[int], rows: list[dict]) -> None:

@@ -464,9 +464,10 @@ class StudyConfig(_Section):
     # its days scored against the held-out days (trusted zone; nothing released or charged).
     # [] turns it off. `synthesis_seeds` trainings per method (mean and spread);
     # `synthesis_max_users` caps the training users (a keyed-hash sample; None: all).
-    # names of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
+    # names of jobs.methods' registry (built in: markov, markov2, pategail, pategail++, ldp,
+    # ldp++)
     synthesis_methods: list[str] = Field(
-        default_factory=lambda: ["markov", "pategail", "pategail++"])
+        default_factory=lambda: ["markov", "markov2", "pategail", "pategail++"])
     synthesis_seeds: int = Field(1, ge=1, le=20)
     synthesis_max_users: int | None = Field(2000, ge=2)
 
@@ -545,6 +546,20 @@ class MarkovSettings(_Section):
     smooth: int = Field(1, ge=0, le=46)
 
 
+class Markov2Settings(_Section):
+    """What the adaptive second-order DP Markov model (`models.markov2`; method `markov2`, study
+    and bench only) adds to `train.markov`'s settings: the second-order table's share of the
+    budget (the first-order releases keep theirs times 1 - share) and the threshold, in sds of
+    a row's noisy total, above which a move uses its (cell before, current cell) row instead of
+    the first-order one. Utility choices: the guarantee holds for any."""
+
+    # the second-order release's share of the budget (0.2: 12% more noise sd on the others)
+    second_share: float = Field(0.2, gt=0, lt=1)
+    # a row is used where its noisy total exceeds this many of its noise sds (3: a row of pure
+    # noise passes with probability 0.00135)
+    threshold: float = Field(3.0, ge=0, allow_inf_nan=False)
+
+
 class TrainConfig(_TrainModelFields):
     """PateGAIL / PateGAIL++ training on Spark (docs/architecture.md section 6).
 
@@ -560,9 +575,11 @@ class TrainConfig(_TrainModelFields):
     # pategail (uniform Laplace) by default: the sensitivity-aware pategail++ has not measured
     # better at equal epsilon (README, training section)
     # markov: the DP Markov chain (models/markov.py), one release of normalised per-user counts
-    # a name of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++)
+    # a name of jobs.methods' registry (built in: markov, pategail, pategail++, ldp, ldp++; the
+    # study's markov2 is not published)
     method: str = "pategail"
     markov: MarkovSettings = Field(default_factory=MarkovSettings)
+    markov2: Markov2Settings = Field(default_factory=Markov2Settings)
     # true: the noise is calibrated at run time so that all `rounds` fit `target_epsilon` for
     # the users trained (the run's log says the noise); false: `noise` as set, and a run whose
     # rounds do not all fit says before it starts after which round it will stop
@@ -587,9 +604,9 @@ class TrainConfig(_TrainModelFields):
     @field_validator("method")
     @classmethod
     def _registered(cls, value: str) -> str:
-        from jobs.methods import check
+        from jobs.methods import check_trainable
 
-        return check(value)
+        return check_trainable(value)
 
     @field_validator("target_epsilon", "timeout_s")
     @classmethod

@@ -122,11 +122,13 @@ class Plan:
     mechanism: str
     scale: float
     n_levels: int
+    # (component, share) pairs summing to 1; another model adds releases of its own
+    shares: tuple[tuple[str, float], ...] = tuple(SHARES.items())
 
     def multipliers(self) -> dict[str, float]:
         """Multiplier of each release: component share split over its levels."""
         out = {}
-        for name, w in SHARES.items():
+        for name, w in self.shares:
             per = self.n_levels if name in LEVELLED else 1
             share = w / per
             m = self.scale / (math.sqrt(share) if self.mechanism == "gaussian" else share)
@@ -147,18 +149,18 @@ def _accounted(plan: Plan, delta: float, method: str) -> float:
 
 
 def calibrate(mechanism: str, n_levels: int, epsilon: float, delta: float, method: str,
-              rel_tol: float = 1e-4) -> Plan:
+              rel_tol: float = 1e-4, shares: tuple[tuple[str, float], ...] = Plan.shares) -> Plan:
     """The smallest scale s (bisection on log s) whose accounted epsilon is <= epsilon."""
     lo, hi = 1e-6, 1.0
-    while _accounted(Plan(mechanism, hi, n_levels), delta, method) > epsilon:
+    while _accounted(Plan(mechanism, hi, n_levels, shares), delta, method) > epsilon:
         lo, hi = hi, hi * 10
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
-        if _accounted(Plan(mechanism, mid, n_levels), delta, method) > epsilon:
+        if _accounted(Plan(mechanism, mid, n_levels, shares), delta, method) > epsilon:
             lo = mid
         else:
             hi = mid
-    return Plan(mechanism, hi, n_levels)
+    return Plan(mechanism, hi, n_levels, shares)
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,10 @@ class MarkovModel:
         first = np.searchsorted(cells, np.arange(g), "left")
         last = np.searchsorted(cells, np.arange(g), "right") - 1
         cum_within = np.cumsum(self.within[order])  # each cell sums to 1: cell c spans (c, c+1]
-        cum_trans = np.cumsum(self.cell_trans, axis=1)
         days = np.empty((n, SLOTS), dtype=np.int64)
         loc = rng.choice(n_loc, size=n, p=self.start_probs)
         home = loc.copy()
+        before = np.full(n, -1)  # the place before the current one (-1: none yet today)
         days[:, 0] = loc
         rows = np.arange(n)
         for t in range(T):
@@ -205,8 +207,8 @@ class MarkovModel:
                 nxt[r] = past[r, pick]
             mv = np.flatnonzero(a == MOVE)
             if mv.size:
-                src = self.cell_of[loc[mv]]
-                dst = (rng.random(mv.size)[:, None] >= cum_trans[src]).sum(1).clip(max=g - 1)
+                cum = np.cumsum(self.move_probs(loc[mv], before[mv]), axis=1)
+                dst = (rng.random(mv.size)[:, None] >= cum).sum(1).clip(max=g - 1)
                 todo = np.arange(mv.size)  # a MOVE goes somewhere new: redraw visited places
                 for _ in range(MOVE_TRIES):
                     i = np.searchsorted(cum_within, dst[todo] + rng.random(todo.size), "right")
@@ -214,8 +216,15 @@ class MarkovModel:
                     todo = todo[(past[mv[todo]] == nxt[mv[todo], None]).any(1)]
                     if not todo.size:
                         break
+            before = np.where(nxt != loc, loc, before)
             days[rows, t + 1] = loc = nxt
         return days
+
+    def move_probs(self, loc: np.ndarray, before: np.ndarray) -> np.ndarray:
+        """(k, G) P(destination cell) of k moves from `loc`; `before` (the place before each,
+        -1 if none) is for a higher-order chain (models/markov2.py): a first-order chain's row
+        is its current cell's."""
+        return self.cell_trans[self.cell_of[loc]]
 
 
 def _normalise_rows(x: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -329,12 +338,15 @@ def perturb(stats: Stats, plan: Plan, levels: list[np.ndarray], rng: np.random.G
     for name in LEVELLED:
         for i, s in enumerate(level_sums(torch.as_tensor(getattr(stats, name)), levels)):
             exact[f"{name}{i}"] = s.numpy()
-    out = {}
-    for key, x in exact.items():
-        d1, d2 = SENSITIVITY[key.rstrip("0123456789")]
-        m = mult[key]
-        if plan.mechanism == "gaussian":
-            out[key] = (x + m * d2 * rng.standard_normal(x.shape), m * d2)
-        else:
-            out[key] = (x + rng.laplace(0.0, m * d1, x.shape), math.sqrt(2) * m * d1)
-    return out
+    return {key: noised(x, mult[key], SENSITIVITY[key.rstrip("0123456789")], plan.mechanism, rng)
+            for key, x in exact.items()}
+
+
+def noised(x: np.ndarray, m: float, sensitivity: tuple[float, float], mechanism: str,
+           rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """(x + noise, noise sd) of one release of multiplier m and (L1, L2) `sensitivity`:
+    Gaussian sd m * Delta2, Laplace scale m * Delta1 (sd sqrt(2) times the scale)."""
+    d1, d2 = sensitivity
+    if mechanism == "gaussian":
+        return x + m * d2 * rng.standard_normal(x.shape), m * d2
+    return x + rng.laplace(0.0, m * d1, x.shape), math.sqrt(2) * m * d1

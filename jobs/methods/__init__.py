@@ -12,11 +12,12 @@ A method is named by `train.method` and `study.synthesis_methods`. What each sta
 - report: `label` (the display name) and `privacy_setting(figures)`.
 
 Adding a method: its own module under jobs/methods/ (a module-level `register(...)` call),
-and its module path in `BUILTIN`. The stages enumerate `names()` and look methods up with
-`get`; none compares a method name. Why the train stage names its trainer by a string: the
-stages import one another only downwards (pyproject's import contracts), the study sits below
-train, and a method module imported by the study must not import the train stage; only the
-train stage resolves `trainer`.
+and its module path in `BUILTIN`. A method with `trainable = False` (optional attribute,
+default true) is a study and bench method: `train.method` refuses it (`check_trainable`).
+The stages enumerate `names()` and look methods up with `get`; none compares a method name.
+Why the train stage names its trainer by a string: the stages import one another only downwards
+(pyproject's import contracts), the study sits below train, and a method module imported by the
+study must not import the train stage; only the train stage resolves `trainer`.
 
 No pyspark and no torch at import: jobs.config validates method names against the registry,
 and a method module imports its core (models.*) inside its functions.
@@ -33,7 +34,7 @@ import pandas as pd
 from udfs.errors import ConfigError
 
 #: the modules whose import registers the built-in methods, in the order they are listed
-BUILTIN = ("jobs.methods.markov", "jobs.methods.learned")
+BUILTIN = ("jobs.methods.markov", "jobs.methods.markov2", "jobs.methods.learned")
 
 
 @runtime_checkable
@@ -125,6 +126,16 @@ def check(name: str) -> str:
     """`name` if it is a registered method (a pydantic validator's ValueError otherwise)."""
     if name not in methods():
         raise ValueError(f"unknown synthesis method {name!r}; choices: {', '.join(names())}")
+    return name
+
+
+def check_trainable(name: str) -> str:
+    """`name` if the train stage can publish it (`check`, and not `trainable = False`)."""
+    check(name)
+    if not getattr(methods()[name], "trainable", True):
+        publishable = [n for n, m in methods().items() if getattr(m, "trainable", True)]
+        raise ValueError(f"synthesis method {name!r} is for the study and the benchmarks only; "
+                         f"train.method choices: {', '.join(publishable)}")
     return name
 
 

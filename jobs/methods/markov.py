@@ -52,12 +52,17 @@ class MarkovMethod:
         return FittedMarkov(model, None, float(model.epsilon))
 
     def load(self, blob: bytes) -> FittedMarkov:
-        from models.markov import MarkovModel
-
+        cls = self.model_class()
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            model = MarkovModel(*(z[name] for name in MarkovModel.TABLES))
+            model = cls(**{name: z[name] for name in cls.TABLES})
             loc_ids = z["loc_ids"]
         return FittedMarkov(model, loc_ids, None)
+
+    def model_class(self) -> type:
+        """The model the artefact's tables (its `TABLES`) rebuild."""
+        from models.markov import MarkovModel
+
+        return MarkovModel
 
     def model_name(self, blob: bytes) -> str:
         return self.name

@@ -77,16 +77,24 @@ def toy():
     CALLS.clear()
 
 
+def registry_default_conf():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "conf" / "default.yaml"
+
+
 def cfg_of(tmp_path, *overrides):
     return load_config(None, [f"storage.root={tmp_path}", *overrides])
 
 
-def test_the_builtin_methods_are_the_markov_release_and_the_core_schemes():
-    assert registry.names() == ["markov", *SCHEMES]
+def test_the_builtin_methods_are_the_markov_releases_and_the_core_schemes():
+    assert registry.names() == ["markov", "markov2", *SCHEMES]
     assert registry.names(learned=True) == list(SCHEMES)
     assert [registry.get(n).label for n in registry.names()] == [
-        "DP Markov", "PateGAIL", "PateGAIL++", "PateGAIL-LDP", "PateGAIL++-LDP"]
+        "DP Markov", "DP Markov (adaptive 2nd order)", "PateGAIL", "PateGAIL++", "PateGAIL-LDP",
+        "PateGAIL++-LDP"]
     assert registry.get("markov").artefact == "markov.npz"
+    assert registry.get("markov2").artefact == "markov2.npz"
     assert {registry.get(n).artefact for n in SCHEMES} == {"policy.pt"}
     with pytest.raises(ValueError, match="already registered"):
         registry.register(ToyMethod(name="markov"))
@@ -153,3 +161,36 @@ def test_a_registered_method_is_named_by_the_report_and_skipped_by_the_attacks(t
     cfg = cfg_of(tmp_path, "evaluate.attack_kinds=[whitebox]")
     rows, figures = run_attacks(None, cfg, [("r1", NAME, 0.0)])
     assert rows == [] and figures["membership_skipped"] == ["r1"]
+
+
+def test_markov2_is_studied_and_named_but_not_published(tmp_path):
+    """The adaptive second-order Markov model (jobs/methods/markov2.py): a choice of the study
+    (and in its default list), refused by train.method, trained and sampled by the study at
+    the target epsilon, named by the report; its artefact loads into synthesize's kernel."""
+    from jobs.report.names import SYNTHESIS_STUDY, canonical
+    from jobs.study import synthesis
+    from models.markov2 import Markov2Model
+
+    assert "markov2" in cfg_of(tmp_path).study.synthesis_methods
+    assert "markov2" in load_config(registry_default_conf(), [f"storage.root={tmp_path}"]
+                                    ).study.synthesis_methods
+    with pytest.raises(ConfigError, match="markov2.*study and the benchmarks only.*markov"):
+        cfg_of(tmp_path, "train.method=markov2")
+    with pytest.raises(ConfigError, match="study and bench method"):
+        registry.trainer_of(registry.get("markov2"))(None, cfg_of(tmp_path), None)
+    cfg = cfg_of(tmp_path, "study.synthesis_methods=[markov2]", "train.markov2.threshold=0",
+                 "train.markov2.second_share=0.3")
+    data = toy_data(n_users=6, days=4, seed=2)
+    days, spent = synthesis.train_and_sample("markov2", cfg, data, 40, 3)
+    assert days.shape == (40, 48) and 0.98 * 10.0 <= spent <= 10.0
+    model = registry.get("markov2").fit(cfg, data, 10.0, 3).model
+    assert isinstance(model, Markov2Model) and model.accountant["second_share"] == 0.3
+    assert canonical("synthesis-study:markov2") == ("DP Markov (adaptive 2nd order)",
+                                                    SYNTHESIS_STUDY)
+    buf = io.BytesIO()
+    np.savez(buf, loc_ids=np.arange(500, 500 + len(data.coords)),
+             **{name: getattr(model, name) for name in Markov2Model.TABLES})
+    method = registry.get("markov2")
+    part = method.load(buf.getvalue()).sample_partition(3, 1, 0, 5)
+    assert method.model_name(buf.getvalue()) == "markov2"
+    assert np.stack(part["slots"].to_numpy()).min() >= 500
