@@ -8,27 +8,32 @@ Makefile) lists the slowest single tests beside it.
 
 On two cores the suite is CPU-bound, so a file's wall seconds depend on what ran beside it; its
 CPU seconds do not. `CpuMeter` (registered in every process that runs tests) puts on each
-report the CPU seconds used since the previous one by the test process and its descendants:
-this process, the children it reaped (with their own reaped descendants), and the ones still
-running (the shared Spark session's JVM). A daemon that detached itself (reparented to init:
-PostgreSQL, a warm `trajpriv sql` server) is not counted; the table says so.
+report the CPU seconds used since the previous one by the test process and every process it
+started, directly or not. Those are found by a sampler thread that reads /proc once a
+second: the kernel's reaped-children figures miss most of them (a stage's JVM outlives its
+Python driver and is reaped by init; a killed driver's JVM and a detached PostgreSQL server
+likewise), so each descendant is followed by (pid, start time) from the first sample that sees
+it, also after it is reparented, and counted up to the last sample that saw it. A process that
+lives less than the interval may be missed: the figures are a floor.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 CPU_KEY = "cpu_seconds"
+SAMPLE_EVERY_S = 1.0  # a scan costs a few ms: well under 1% of a core
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _live_descendants_cpu(root: int) -> float:
-    """utime + stime of the running descendants of `root`, from one pass over /proc."""
-    parent, cpu = {}, {}
+def _scan() -> dict[int, tuple[int, int, float]]:
+    """pid -> (parent pid, start time in ticks, utime + stime in seconds), one pass over /proc."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -36,25 +41,43 @@ def _live_descendants_cpu(root: int) -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # it ended while being read
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
-    total = 0.0
-    for pid in cpu:
-        p, seen = parent.get(pid), 0
-        while p is not None and p > 1 and seen < 64:  # walk up to root, or to init
-            if p == root:
-                total += cpu[pid]
-                break
-            p, seen = parent.get(p), seen + 1
-    return total
+        found[int(entry.name)] = (int(fields[1]), int(fields[19]),
+                                  (int(fields[11]) + int(fields[12])) / _TICKS)
+    return found
 
 
-def process_tree_cpu() -> float:
-    """CPU seconds this process and its (reaped or running) descendants have used."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system + \
-        _live_descendants_cpu(os.getpid())
+class TreeCpu:
+    """CPU seconds of this process and of every process it started, directly or not."""
+
+    def __init__(self, root: int | None = None) -> None:
+        self.root = os.getpid() if root is None else root
+        self.seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> last CPU seconds
+        self.lock = threading.Lock()
+
+    def sample(self) -> None:
+        procs = _scan()
+        with self.lock:
+            for pid, (_, start, cpu) in procs.items():
+                key = (pid, start)
+                if key in self.seen or self._descends(pid, procs):
+                    self.seen[key] = max(cpu, self.seen.get(key, 0.0))
+
+    def _descends(self, pid: int, procs: dict[int, tuple[int, int, float]]) -> bool:
+        for _ in range(64):  # walk up to this process, or to init
+            parent = procs.get(pid, (None,))[0]
+            if parent is None or parent <= 1:
+                return False
+            if parent == self.root:
+                return True
+            pid = parent
+        return False
+
+    def total(self) -> float:
+        """Sampled now: this process's CPU seconds plus its descendants' (last seen)."""
+        self.sample()
+        t = os.times()
+        with self.lock:
+            return t.user + t.system + sum(self.seen.values())
 
 
 class CpuMeter:
@@ -62,14 +85,26 @@ class CpuMeter:
     (pytest-xdist sends them to the controller with the report)."""
 
     def __init__(self) -> None:
-        self.last = process_tree_cpu()
+        self.tree = TreeCpu()
+        self.last = self.tree.total()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="suite-cpu-meter", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(SAMPLE_EVERY_S):
+            self.tree.sample()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         outcome = yield
-        now = process_tree_cpu()
+        now = self.tree.total()
         outcome.get_result().user_properties.append((CPU_KEY, now - self.last))
         self.last = now
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
 
 
 class FileTimes:
@@ -100,7 +135,7 @@ class FileTimes:
                          f"{self.worker.get(path, '-'):>6}  {path}")
         lines.append(f"{total:8.1f} 100.0% {cpu:7.1f} {sum(self.tests.values()):5d} {'':>6}  "
                      "(all files; wall time is about this over the workers; cpu-s: the test "
-                     "process and its descendants, detached daemons not counted)")
+                     "process and every process it started, sampled each second)")
         return lines
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
