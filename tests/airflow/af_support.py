@@ -149,6 +149,17 @@ if "trajpriv_raw.privacy_ledger" in counts:
         "SELECT count(*) AS n FROM (SELECT traj_key FROM trajpriv_raw.privacy_ledger "
         "WHERE stage = 'collect' AND state = 'spent' GROUP BY traj_key HAVING count(*) > 1)"
     ).first()["n"]
+# the train runs (config, figures) and which train runs the published synthetic days came from
+counts["__train_runs__"] = [
+    [r["run_id"], r["status"], r["config"], r["figures"]]
+    for r in spark.sql("SELECT run_id, status, config, figures FROM trajpriv_pub.runs "
+                       "WHERE stage = 'train' ORDER BY started_at").collect()
+]
+counts["__synthetic_from__"] = [
+    [r["run_id"], r["model"]]
+    for r in spark.sql("SELECT DISTINCT run_id, model FROM trajpriv_pub.synthetic_trajectories")
+    .collect()
+]
 counts["__drift__"] = catalogue_drift(spark)  # tables and views against jobs/spark/tables.py
 print("TABLE_COUNTS " + json.dumps({"counts": counts, "ledger": ledger}))
 stop_spark(spark)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from af_support import TASK_IDS, table_counts
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -96,6 +97,7 @@ def test_a_full_run_then_the_next_date(airflow, tmp_path: Path):
     for stage, tables in STAGE_TABLES.items():
         for table in tables:
             assert counts.get(table, 0) > 0, f"{stage} left {table} empty or missing: {counts}"
+    _expect_the_published_model_trained_as_configured(counts)
     releases = counts["__releases__"]
     # two releases, each of exactly one day, a different day each time
     assert len(releases) == 2, releases
@@ -105,6 +107,24 @@ def test_a_full_run_then_the_next_date(airflow, tmp_path: Path):
     # ... and nothing spent twice: the next date charged none of the earlier date's trajectories
     assert counts["__spent_twice__"] == 0, "the next logical date spent privacy budget again"
     assert ledger[0] > 0
+
+
+def _expect_the_published_model_trained_as_configured(counts: dict) -> None:
+    """The synthetic days come from the DAG's one train run, which trained the method its
+    config names: a learned method through TorchDistributor (the ranks its launch returned,
+    the launch's overhead timed, the rounds run), the DP Markov release with no launch."""
+    from jobs.methods import get
+
+    (run_id, status, config, figures), = counts.pop("__train_runs__")
+    figures, train = json.loads(figures), yaml.safe_load(config)["train"]
+    method = train["method"]
+    assert status == "ok" and figures["method"] == method, (status, figures)
+    assert counts.pop("__synthetic_from__") == [[run_id, method]]
+    if get(method).learned:
+        assert figures["num_processes"] == train["num_processes"], figures
+        assert "launch_overhead_s" in figures and figures["rounds_done"] >= 1, figures
+    else:
+        assert "num_processes" not in figures and figures["stopped_reason"] == "released"
 
 
 def test_bad_config_value_fails_the_run_with_the_jobs_message(airflow, tmp_path: Path):
