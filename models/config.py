@@ -26,6 +26,20 @@ SHARE_UNITS = ("epsilon", "rho")
 
 
 @dataclass(frozen=True)
+class MarkovSettings:
+    """The DP Markov release's utility choices (`models.markov`): the noise ("gaussian",
+    composed under the accountant; "laplace", pure epsilon), the k-d depth of the public move
+    cells, the soft threshold of the hierarchies and transition rows (in noise sds) and the
+    pooling of the action table over slots t - smooth .. t + smooth. The guarantee holds for
+    any of them."""
+
+    mechanism: str = "gaussian"
+    cell_depth: int = 5
+    tau: float = 2.0
+    smooth: int = 1
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
     rounds: int = 100
@@ -121,10 +135,10 @@ class TrainConfig:
     bc_epochs: int = 1
     bc_days: int = 2000
     # the Markov release's own settings (utility choices, models.markov.fit_markov)
-    markov_mechanism: str = "gaussian"
-    markov_cell_depth: int = 5
-    markov_tau: float = 2.0
-    markov_smooth: int = 1
+    markov_mechanism: str = MarkovSettings.mechanism
+    markov_cell_depth: int = MarkovSettings.cell_depth
+    markov_tau: float = MarkovSettings.tau
+    markov_smooth: int = MarkovSettings.smooth
     # how far the release's destination tables tilt the explore draws (models.env.DestPrior):
     # 0 = the public distribution alone, 1 = the release's alone among the K nearest
     markov_dest_weight: float = 0.5
