@@ -35,8 +35,9 @@ def _core_train_fields() -> dict[str, Any]:
 
 
 # Core fields the `train` section declares itself: a user-facing name (method <- scheme, critic
-# <- critic_kind), the product's default where it differs from the core's (rounds, target
-# epsilon), or a different meaning (seed: unset = derived from the run key). The Markov
+# <- critic_kind), a bound checked for every method, the Markov one included (rounds, with the
+# core's default), the product's default where it differs from the core's (target epsilon: the
+# core has none), or a different meaning (seed: unset = derived from the run key). The Markov
 # release's settings of private pre-training come from the `train.markov` section (one home for
 # them, shared with method `markov`): `_TRAIN_MARKOV`.
 _TRAIN_MARKOV = {"markov_mechanism": "mechanism", "markov_cell_depth": "cell_depth",
@@ -90,7 +91,7 @@ class TrainConfig(_TrainModelFields):
     # PateGAIL++'s); unset: the method's paper
     critic: Literal["bce", "wgan"] | None = None
     target_epsilon: Finite = Field(10.0, gt=0)
-    rounds: int = Field(20, ge=1)
+    rounds: int = Field(CoreTrainConfig.rounds, ge=1)
     # the training seed; unset: derived by HMAC from the raw zone's run key, the dataset and the
     # top-level seed (jobs.train.stage.training_seed)
     seed: int | None = None
