@@ -11,11 +11,32 @@ from dataclasses import asdict, dataclass, fields
 
 from udfs.errors import ConfigError
 
-SCHEMES = ("pategail", "pategail++", "ldp", "ldp++")
-LOCAL_SCHEMES = ("ldp", "ldp++")
+
+@dataclass(frozen=True)
+class Scheme:
+    """A reward scheme's traits, which the trainer, the accountant and the reports ask of it
+    (the scheme's builders are `models.aggregation.registry`'s, keyed by the same names).
+    `local`: every user randomises its own reports (no trusted aggregator);
+    `sensitivity_aware`: the noise is scaled per pair from a pilot estimate (PateGAIL++'s);
+    `paper_critic`: the critic its paper trains per user."""
+
+    name: str
+    local: bool
+    sensitivity_aware: bool
+    paper_critic: str
+
+
 # the critic each paper trains: PateGAIL (NeurIPS 2023) a cross-entropy discriminator per user,
 # PateGAIL++ a WGAN-GP critic per user; the LDP variants follow their central counterparts
-PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": "wgan"}
+SCHEME_TRAITS = {s.name: s for s in (
+    Scheme("pategail", local=False, sensitivity_aware=False, paper_critic="bce"),
+    Scheme("pategail++", local=False, sensitivity_aware=True, paper_critic="wgan"),
+    Scheme("ldp", local=True, sensitivity_aware=False, paper_critic="bce"),
+    Scheme("ldp++", local=True, sensitivity_aware=True, paper_critic="wgan"),
+)}
+SCHEMES = tuple(SCHEME_TRAITS)
+LOCAL_SCHEMES = tuple(n for n, s in SCHEME_TRAITS.items() if s.local)
+PAPER_CRITIC = {n: s.paper_critic for n, s in SCHEME_TRAITS.items()}
 PILOTS = ("history", "laplace")
 DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the config's
 MECHANISMS = ("laplace", "gaussian")

@@ -78,7 +78,7 @@ from models.aggregation.pilot import HistoryPilot, pair_keys
 from models.aggregation.registry import make_scheme
 from models.budget import check_one_round, normaliser, sampled
 from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
-from models.config import TrainConfig
+from models.config import SCHEME_TRAITS, TrainConfig
 from models.critic_store import UserCritics, critic_shard
 from models.critics import (
     BatchedAdam,
@@ -118,7 +118,7 @@ ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_lo
 
 
 def uses_history_pilot(cfg: TrainConfig) -> bool:
-    return cfg.scheme in ("pategail++", "ldp++") and cfg.pilot == "history"
+    return SCHEME_TRAITS[cfg.scheme].sensitivity_aware and cfg.pilot == "history"
 
 
 def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
