@@ -268,6 +268,12 @@ class TrainConfig:
                           "of target_epsilon: set target_epsilon")
 
     @property
+    def markov(self) -> MarkovSettings:
+        """The settings of the Markov release private pre-training starts from."""
+        return MarkovSettings(self.markov_mechanism, self.markov_cell_depth, self.markov_tau,
+                              self.markov_smooth)
+
+    @property
     def privacy_model(self) -> str:
         """'local' (every user randomises its own reports) or 'central' (a trusted aggregator)."""
         return "local" if self.scheme in LOCAL_SCHEMES else "central"

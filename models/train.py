@@ -520,8 +520,7 @@ class _Run:
         def release() -> MarkovModel:
             seed = int(torch.randint(2**62, (1,), generator=self.gens["noise"]))
             return release_markov(total, coords, cell_of, markov_epsilon(cfg), cfg.delta, seed,
-                                  mechanism=cfg.markov_mechanism, accountant=cfg.accountant,
-                                  tau=cfg.markov_tau, smooth=cfg.markov_smooth,
+                                  settings=cfg.markov, accountant=cfg.accountant,
                                   spend=self.accountant.spend)
 
         model = self._from_rank0(release)
