@@ -37,6 +37,7 @@ from jobs.keys import pseudonym, pseudonym_key
 from jobs.spark.catalog import read_table, table_exists
 from jobs.spark.tables import RUNS, SLOT_DAYS_SPLIT, SYNTHETIC_TRAJECTORIES
 from models.attacks.membership import Candidates
+from models.attacks.report import AttackSettings
 from models.attacks.suite import membership_attacks
 from models.attacks.target import TrainedRun, shadow_trainer
 from models.data import TrainData
@@ -152,7 +153,7 @@ def _attack_run(spark: SparkSession, cfg: Config, run_id: str, model: str, epsil
     reports, seconds = membership_attacks(
         target, target.coords, cands, template, shadow_trainer(target) if lira else None,
         n_shadows=cfg.evaluate.lira_shadows if lira else 0, whitebox="whitebox" in kinds,
-        seed=cfg.seed, n_boot=cfg.evaluate.attack_bootstrap)
+        settings=AttackSettings(seed=cfg.seed, n_boot=cfg.evaluate.attack_bootstrap))
     rows = [{"method": model, "setting": epsilon, "metric": m, "value": v}
             for rep in reports for m, v in rep.rows()]
     rows.append({"method": model, "setting": epsilon, "metric": "attack_users",
