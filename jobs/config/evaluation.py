@@ -8,7 +8,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from jobs.attack_kinds import ATTACK_KINDS
 from jobs.config.types import Section
+
+# The kinds come from the one attack registry (`jobs.attack_kinds`).
+AttackKind = Literal[ATTACK_KINDS]  # type: ignore[valid-type]
 
 
 class EvaluateConfig(Section):
@@ -22,8 +26,7 @@ class EvaluateConfig(Section):
 
     mode: Literal["paper", "geo"] = "geo"
     attacks: bool = False
-    attack_kinds: list[Literal["home", "whitebox", "lira"]] = Field(
-        default_factory=lambda: ["home", "whitebox", "lira"])
+    attack_kinds: list[AttackKind] = Field(default_factory=lambda: list(ATTACK_KINDS))
     attack_users: int = Field(300, ge=2)
     lira_shadows: int = Field(4, ge=2, le=256)
     attack_bootstrap: int = Field(500, ge=20, le=100_000)
@@ -32,8 +35,8 @@ class EvaluateConfig(Section):
     @classmethod
     def _kinds(cls, value: list[str]) -> list[str]:
         if not value or len(set(value)) != len(value):
-            raise ValueError(f"name each of home, whitebox, lira at most once, at least one; got "
-                             f"{value}")
+            raise ValueError(f"name each of {', '.join(ATTACK_KINDS)} at most once, at least "
+                             f"one; got {value}")
         return value
 
 
