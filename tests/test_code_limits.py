@@ -30,7 +30,7 @@ MODULE_EXCEPTIONS: dict[str, int] = {
     "jobs/collect/stage.py": 815,
     "models/audit.py": 665,
     "models/critics.py": 758,
-    "models/train.py": 747,
+    "models/train.py": 733,
 }
 
 #: function -> (parameters, lines) it may not exceed.
@@ -61,8 +61,7 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
     "models.critics:critic_update": (9, 52),
     "models.markov:release_markov": (9, 27),
     "models.ppo:ppo_update": (8, 37),
-    "models.train:_Run.one_round": (0, 85),
-    "models.train:critic_step_rows": (12, 17),
+    "models.train:_Run.one_round": (0, 84),
     "models.train:fit": (8, 21),
     "models.train:sharded_ppo_update": (10, 50),
     "udfs.atp:perturb_region": (9, 31),
