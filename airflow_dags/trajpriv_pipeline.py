@@ -62,6 +62,10 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 DAG_ID = "trajpriv_pipeline"
 SPARK_CONN_ID = "trajpriv_spark"
+# Copies of project facts (this file imports nothing from the project), each compared with its
+# home by tests/test_dag_copies.py: EXIT_USER_ERROR (jobs.harness), STAGE_TABLES (the stages'
+# writes of jobs/spark/tables.py), the `mechanism` param's enum (udfs.collect's published
+# mechanisms) and the stages the DAG runs (jobs.config.STAGES).
 # The harness exits 2 for a user error (bad config, budget exceeded, missing input): retrying it
 # cannot help, so the task fails at once. Other failures (exit 1, a lost executor) are retried.
 EXIT_USER_ERROR = 2
@@ -73,12 +77,13 @@ _EXIT_CODE = re.compile(r"Error code is: (\d+)")
 # The published tables each stage writes (jobs/spark/tables.py), as Assets other DAGs schedule on.
 STAGE_TABLES = {
     "datagen": ["trajpriv_pub.locations"],
+    "ingest": ["trajpriv_pub.locations"],  # a real source's locations (datagen's otherwise)
     "collect": [
         "trajpriv_pub.perturbed_trajectories",
         "trajpriv_pub.perturbed_points",
         "trajpriv_pub.releases",
     ],
-    "synthesize": ["trajpriv_pub.synthetic_trajectories"],
+    "synthesize": ["trajpriv_pub.synthetic_trajectories", "trajpriv_pub.synthetic_points"],
 }
 TABLE_ASSETS = {
     table: Asset(name=table, uri="trajpriv://" + table.replace(".", "/"), group="trajpriv")
@@ -226,7 +231,7 @@ PARAMS = {
     "mechanism": Param(
         None,
         type=["null", "string"],
-        enum=[None, "tp", "atp", "exp"],
+        enum=[None, "tp", "atp", "exp", "ngram", "tracs_d", "tracs_c"],
         description="the published collection mechanism; null: the config's",
     ),
     "collect_interval": Param(

@@ -32,6 +32,7 @@ import torch
 
 from jobs.ingest.local import paper_dataset
 from models.attacks import (
+    AttackSettings,
     fit_trainer,
     home_reidentification,
     membership_attacks,
@@ -78,7 +79,7 @@ def geolife(args) -> list[dict]:
         t1 = time.perf_counter()
         reports, seconds = membership_attacks(
             target, data.coords, cands, data, fit_trainer(cfg), n_shadows=args.shadows,
-            seed=args.seed, n_boot=args.boot)
+            settings=AttackSettings(seed=args.seed, n_boot=args.boot))
         row = {"scheme": scheme, "noise": noise, "rounds": target.rounds_done,
                "epsilon": target.accountant["epsilon"],
                "seconds": {"target_fit": t1 - t0, **seconds}}

@@ -26,7 +26,7 @@ import dp_accounting
 import numpy as np
 
 from models.accounting import PrivacyAccountant
-from models.config import TrainConfig
+from models.config import SCHEME_TRAITS, TrainConfig
 from models.env import SLOTS
 from models.starts import HierarchicalStarts, LocalStarts, kd_levels
 
@@ -78,7 +78,7 @@ def round_events(cfg: TrainConfig, n_users: int, noise: float | None = None
         return sampled(cfg, dp_accounting.ComposedDpEvent([g, g] if cfg.beta > 0 else [g]))
     mult = lam if local else lam * n_participants(cfg, n_users)
     events = [dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(mult), b)]
-    if cfg.scheme in ("pategail++", "ldp++") and cfg.pilot == "laplace":
+    if SCHEME_TRAITS[cfg.scheme].sensitivity_aware and cfg.pilot == "laplace":
         events.append(dp_accounting.SelfComposedDpEvent(
             dp_accounting.LaplaceDpEvent(mult / cfg.pilot_fraction), b))
     if cfg.beta > 0 and not local:  # the variance release (LDP compensation is free)

@@ -11,11 +11,32 @@ from dataclasses import asdict, dataclass, fields
 
 from udfs.errors import ConfigError
 
-SCHEMES = ("pategail", "pategail++", "ldp", "ldp++")
-LOCAL_SCHEMES = ("ldp", "ldp++")
+
+@dataclass(frozen=True)
+class Scheme:
+    """A reward scheme's traits, which the trainer, the accountant and the reports ask of it
+    (the scheme's builders are `models.aggregation.registry`'s, keyed by the same names).
+    `local`: every user randomises its own reports (no trusted aggregator);
+    `sensitivity_aware`: the noise is scaled per pair from a pilot estimate (PateGAIL++'s);
+    `paper_critic`: the critic its paper trains per user."""
+
+    name: str
+    local: bool
+    sensitivity_aware: bool
+    paper_critic: str
+
+
 # the critic each paper trains: PateGAIL (NeurIPS 2023) a cross-entropy discriminator per user,
 # PateGAIL++ a WGAN-GP critic per user; the LDP variants follow their central counterparts
-PAPER_CRITIC = {"pategail": "bce", "ldp": "bce", "pategail++": "wgan", "ldp++": "wgan"}
+SCHEME_TRAITS = {s.name: s for s in (
+    Scheme("pategail", local=False, sensitivity_aware=False, paper_critic="bce"),
+    Scheme("pategail++", local=False, sensitivity_aware=True, paper_critic="wgan"),
+    Scheme("ldp", local=True, sensitivity_aware=False, paper_critic="bce"),
+    Scheme("ldp++", local=True, sensitivity_aware=True, paper_critic="wgan"),
+)}
+SCHEMES = tuple(SCHEME_TRAITS)
+LOCAL_SCHEMES = tuple(n for n, s in SCHEME_TRAITS.items() if s.local)
+PAPER_CRITIC = {n: s.paper_critic for n, s in SCHEME_TRAITS.items()}
 PILOTS = ("history", "laplace")
 DEFAULT_PILOT = "history"  # the free pilot: the schemes' default as well as the config's
 MECHANISMS = ("laplace", "gaussian")
@@ -26,9 +47,25 @@ SHARE_UNITS = ("epsilon", "rho")
 
 
 @dataclass(frozen=True)
+class MarkovSettings:
+    """The DP Markov release's utility choices (`models.markov`): the noise ("gaussian",
+    composed under the accountant; "laplace", pure epsilon), the k-d depth of the public move
+    cells, the soft threshold of the hierarchies and transition rows (in noise sds) and the
+    pooling of the action table over slots t - smooth .. t + smooth. The guarantee holds for
+    any of them."""
+
+    mechanism: str = "gaussian"
+    cell_depth: int = 5
+    tau: float = 2.0
+    smooth: int = 1
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
-    rounds: int = 100
+    # the pipeline's default too (jobs.config's `train.rounds` takes it from here, its one
+    # home); the benches and tests set their own
+    rounds: int = 20
     scheme: str = "pategail++"  # pategail | pategail++ | ldp | ldp++ (LDP without/with weights)
     # per released pair of the matched uniform scheme: the Laplace scale lambda (mechanism
     # "laplace", noise sd sqrt(2) lambda) or the Gaussian standard deviation sigma ("gaussian")
@@ -121,10 +158,10 @@ class TrainConfig:
     bc_epochs: int = 1
     bc_days: int = 2000
     # the Markov release's own settings (utility choices, models.markov.fit_markov)
-    markov_mechanism: str = "gaussian"
-    markov_cell_depth: int = 5
-    markov_tau: float = 2.0
-    markov_smooth: int = 1
+    markov_mechanism: str = MarkovSettings.mechanism
+    markov_cell_depth: int = MarkovSettings.cell_depth
+    markov_tau: float = MarkovSettings.tau
+    markov_smooth: int = MarkovSettings.smooth
     # how far the release's destination tables tilt the explore draws (models.env.DestPrior):
     # 0 = the public distribution alone, 1 = the release's alone among the K nearest
     markov_dest_weight: float = 0.5
@@ -229,6 +266,12 @@ class TrainConfig:
             if self.target_epsilon is None:
                 raise bad("pretrain", "pretrain='markov' gives the Markov release markov_share "
                           "of target_epsilon: set target_epsilon")
+
+    @property
+    def markov(self) -> MarkovSettings:
+        """The settings of the Markov release private pre-training starts from."""
+        return MarkovSettings(self.markov_mechanism, self.markov_cell_depth, self.markov_tau,
+                              self.markov_smooth)
 
     @property
     def privacy_model(self) -> str:

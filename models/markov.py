@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from models.accounting import PrivacyAccountant
+from models.config import MarkovSettings
 from models.env import SLOTS
 from models.starts import kd_levels, level_sums, spread
 from udfs.errors import InvalidParameterError
@@ -67,6 +68,7 @@ T = SLOTS - 1
 # budget shares of the four components (utility choice; the guarantee holds for any shares)
 SHARES = {"starts": 0.15, "actions": 0.35, "transitions": 0.25, "destinations": 0.25}
 LEVELLED = ("starts", "destinations")  # released at every level of the k-d hierarchy
+DEFAULT_SETTINGS = MarkovSettings()
 MOVE_TRIES = 8  # draws of a MOVE's place before a visited one is accepted
 
 
@@ -256,32 +258,31 @@ def add_stats(a: Stats, b: Stats) -> Stats:
 
 
 def fit_markov(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: float,
-               delta: float, seed: int, *, mechanism: str = "gaussian", accountant: str = "rdp",
-               cell_depth: int = 5, tau: float = 2.0, smooth: int = 1) -> MarkovModel:
-    """Release the model's statistics at (epsilon, delta) (see the module docstring).
-
-    `cell_depth`: k-d depth of the move cells (capped so cells hold >= 2 locations on average);
-    `tau`: soft threshold of the hierarchies and the transition rows, in noise sds; `smooth`:
-    the action table is pooled over slots t - smooth .. t + smooth before normalising.
-    """
+               delta: float, seed: int, *, settings: MarkovSettings = DEFAULT_SETTINGS,
+               accountant: str = "rdp") -> MarkovModel:
+    """Release the model's statistics at (epsilon, delta) (see the module docstring) with the
+    release's `settings` (`models.config.MarkovSettings`: the noise, the move cells' depth,
+    capped so cells hold >= 2 locations on average, the soft threshold and the pooling)."""
     if not days_per_user:
         raise InvalidParameterError("no users")
-    cell_of = move_cells(coords, cell_depth)
+    cell_of = move_cells(coords, settings.cell_depth)
     stats = user_stats(days_per_user, cell_of, len(coords))
-    return release_markov(stats, coords, cell_of, epsilon, delta, seed, mechanism=mechanism,
-                          accountant=accountant, tau=tau, smooth=smooth)
+    return release_markov(stats, coords, cell_of, epsilon, delta, seed, settings=settings,
+                          accountant=accountant)
 
 
 def release_markov(stats: Stats, coords: np.ndarray, cell_of: np.ndarray, epsilon: float,
-                   delta: float, seed: int, *, mechanism: str = "gaussian",
-                   accountant: str = "rdp", tau: float = 2.0, smooth: int = 1,
+                   delta: float, seed: int, *, settings: MarkovSettings = DEFAULT_SETTINGS,
+                   accountant: str = "rdp",
                    spend: Callable[[dp_accounting.DpEvent], float] | None = None) -> MarkovModel:
     """Noise the summed per-user statistics (`user_stats`, summed over disjoint sets of users
     with `add_stats`) and build the model: the only step that sees private data, so a
     distributed fit sums the statistics where the users are and releases once here.
     `spend`: charge the release's events to a caller's accountant (private pre-training
     composes it with the rounds) instead of a fresh one; either way the release is calibrated
-    to cost at most `epsilon` on its own and is charged before any noise is drawn."""
+    to cost at most `epsilon` on its own and is charged before any noise is drawn. The
+    cells `cell_of` are the caller's (`move_cells`), so `settings.cell_depth` is not read here."""
+    mechanism, tau, smooth = settings.mechanism, settings.tau, settings.smooth
     if mechanism not in ("gaussian", "laplace"):
         raise InvalidParameterError(f"mechanism must be 'gaussian' or 'laplace'; got {mechanism}")
     if not 0 < epsilon < math.inf or not 0 < delta < 1:

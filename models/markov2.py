@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.accounting import PrivacyAccountant
+from models.config import MarkovSettings
 from models.markov import (
     MOVE,
     SHARES,
@@ -68,9 +69,10 @@ from udfs.errors import InvalidParameterError
 
 SECOND = "second"  # the release's name in the plan
 SENSITIVITY2 = (2.0, math.sqrt(2.0))  # L1, L2 of one user's normalised second-order counts
-# the first-order settings' defaults have one home: `markov.fit_markov`'s keywords
-_FIRST = {name: p.default for name, p in inspect.signature(fit_markov).parameters.items()
-          if p.kind is inspect.Parameter.KEYWORD_ONLY}
+# the first-order settings' defaults have one home: `models.config.MarkovSettings`, and the
+# accountant's `markov.fit_markov`'s keyword
+_FIRST = MarkovSettings()
+_ACCOUNTANT = inspect.signature(fit_markov).parameters["accountant"].default
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,11 @@ class Markov2Settings:
     soft threshold `tau` in noise sds, action-table pooling), the second-order release's budget
     share and the row threshold (in sds of a row's noisy total). Utility choices only."""
 
-    mechanism: str = _FIRST["mechanism"]
-    accountant: str = _FIRST["accountant"]
-    cell_depth: int = _FIRST["cell_depth"]
-    tau: float = _FIRST["tau"]
-    smooth: int = _FIRST["smooth"]
+    mechanism: str = _FIRST.mechanism
+    accountant: str = _ACCOUNTANT
+    cell_depth: int = _FIRST.cell_depth
+    tau: float = _FIRST.tau
+    smooth: int = _FIRST.smooth
     second_share: float = 0.2
     threshold: float = 3.0
 

@@ -78,14 +78,14 @@ from models.aggregation.pilot import HistoryPilot, pair_keys
 from models.aggregation.registry import make_scheme
 from models.budget import check_one_round, normaliser, sampled
 from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
-from models.config import TrainConfig
+from models.config import SCHEME_TRAITS, TrainConfig
+from models.critic_step import CriticStep
 from models.critic_store import UserCritics, critic_shard
 from models.critics import (
     BatchedAdam,
     BatchedCritics,
     Moments,
     critic_rewards,
-    critic_update,
     local_moments,
     real_pair_sample,
     real_reward_means,
@@ -118,7 +118,7 @@ ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_lo
 
 
 def uses_history_pilot(cfg: TrainConfig) -> bool:
-    return cfg.scheme in ("pategail++", "ldp++") and cfg.pilot == "history"
+    return SCHEME_TRAITS[cfg.scheme].sensitivity_aware and cfg.pilot == "history"
 
 
 def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -256,25 +256,6 @@ def shard_critics(full: BatchedCritics, rows: torch.Tensor) -> BatchedCritics:
             setattr(full, name, b[rows].clone())
     full.n_users = int(rows.shape[0])
     return full
-
-
-def critic_step_rows(critics: BatchedCritics, opt: BatchedAdam, real: torch.Tensor,
-                     counts: torch.Tensor, generated: torch.Tensor, users: torch.Tensor,
-                     rows: torch.Tensor, n_total: int, batch: int, kind: str, lambda_gp: float,
-                     gen: torch.Generator) -> torch.Tensor:
-    """One step of the critics `users` (local indices; global indices `rows`). The minibatch
-    draws are made for all `n_total` users and each user takes its own row, so a user's batch
-    does not depend on how users are sharded. Returns (A,) losses."""
-    u_real = torch.rand((n_total, batch), generator=gen)[rows]
-    u_gen = torch.randint(generated.shape[0], (n_total, batch), generator=gen)[rows]
-    alpha = torch.rand((n_total, batch, 1), generator=gen)[rows]
-    if users.numel() == 0:
-        return torch.zeros(0)
-    dev = real.device  # draws and indices on the CPU (users, counts), rows gathered on `dev`
-    ridx = (u_real * counts[users][:, None]).long()
-    real_b = real[users[:, None].to(dev), ridx.to(dev)]
-    return critic_update(critics, opt, real_b, generated[u_gen.to(dev)], alpha.to(dev), users,
-                         kind, lambda_gp)
 
 
 def cat_rollouts(parts: list[Rollout]) -> Rollout:
@@ -520,8 +501,7 @@ class _Run:
         def release() -> MarkovModel:
             seed = int(torch.randint(2**62, (1,), generator=self.gens["noise"]))
             return release_markov(total, coords, cell_of, markov_epsilon(cfg), cfg.delta, seed,
-                                  mechanism=cfg.markov_mechanism, accountant=cfg.accountant,
-                                  tau=cfg.markov_tau, smooth=cfg.markov_smooth,
+                                  settings=cfg.markov, accountant=cfg.accountant,
                                   spend=self.accountant.spend)
 
         model = self._from_rank0(release)
@@ -583,10 +563,16 @@ class _Run:
         gen = _gen(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
         _, feats = self.generate(gen)
         lu = torch.arange(self.rows.shape[0])
+        step = self.critic_step()
         for _ in range(cfg.critic_pretrain_steps):
-            critic_step_rows(self.critics, self.critic_opt, self.real, self.counts, feats, lu,
-                             self.rows, self.n_total, cfg.critic_batch, cfg.critic_kind,
-                             cfg.lambda_gp, gen)
+            step.rows(feats, lu, self.rows, gen)
+
+    def critic_step(self) -> CriticStep:
+        """The rank's critic step, built from the critics and optimiser it holds now (a
+        resumed run loads new ones)."""
+        cfg = self.cfg
+        return CriticStep(self.critics, self.critic_opt, self.real, self.counts, self.n_total,
+                          cfg.critic_batch, cfg.critic_kind, cfg.lambda_gp)
 
     def setup(self) -> None:
         """What a fresh (not resumed) run does before round 1: plan and release the start
@@ -608,10 +594,9 @@ class _Run:
         e_b = cfg.episodes_per_round // self.blocks
         ro, feats = self.generate(g["rollout"])
         t1 = time.perf_counter()
+        step = self.critic_step()
         for _ in range(cfg.critic_steps):
-            closs = critic_step_rows(self.critics, self.critic_opt, self.real, self.counts, feats,
-                                     lu, gu, self.n_total, cfg.critic_batch, cfg.critic_kind,
-                                     cfg.lambda_gp, g["critic"])
+            closs = step.rows(feats, lu, gu, g["critic"])
         # trusted-zone diagnostic: this rank's sum over its participants of mean R_u(real_u);
         # not under LDP (the server must not see any exact aggregate of a user's critic)
         ldp = self.scheme.local

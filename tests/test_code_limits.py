@@ -1,4 +1,4 @@
-"""Limits a tool can hold in jobs/, udfs/ and models/.
+"""Limits a tool can hold in jobs/, udfs/, models/ and airflow_dags/.
 
 1. No function takes more than MAX_PARAMS parameters (self/cls not counted) or spans more than
    MAX_LINES lines, except the ones named in EXCEPTIONS, each held to its recorded size: an
@@ -7,7 +7,10 @@
    the attack runners, `per_user`), numerical kernels whose steps share many arrays (the
    samplers of `udfs.sampling`, `perturb_copy_batch`, the critic updates), stage `run`s and
    readers still to be split.
-2. No Earth-radius or degree-conversion literal outside `udfs/geo.py`: every geographic
+2. No module is longer than MAX_MODULE_LINES lines, except the ones named in
+   MODULE_EXCEPTIONS, each held to its recorded length the same way: past that a module holds
+   more than one concern, and its reader looks for a fact in the wrong half.
+3. No Earth-radius or degree-conversion literal outside `udfs/geo.py`: every geographic
    constant is derived there.
 """
 
@@ -17,9 +20,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("jobs", "udfs", "models")
+PACKAGES = ("jobs", "udfs", "models", "airflow_dags")
 MAX_PARAMS = 7
 MAX_LINES = 60
+MAX_MODULE_LINES = 600
+
+#: module -> lines it may not exceed.
+MODULE_EXCEPTIONS: dict[str, int] = {
+    "jobs/collect/stage.py": 815,
+    "models/audit.py": 665,
+    "models/critics.py": 758,
+    "models/train.py": 733,
+}
 
 #: function -> (parameters, lines) it may not exceed.
 EXCEPTIONS: dict[str, tuple[int, int]] = {
@@ -31,7 +43,7 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
     "jobs.ingest.readers.common:line_reasons": (9, 33),
     "jobs.ingest.readers.common:parsed_frame": (10, 41),
     "jobs.ingest.readers.delimited:parse_delimited": (5, 61),
-    "jobs.ingest.readers.plan:plan_inputs": (1, 80),
+    "jobs.ingest.readers.plan:plan_inputs": (1, 76),
     "jobs.ingest.readers.slots48:parse_slots": (5, 62),
     "jobs.ingest.shaping:cut_trajectories": (6, 69),
     "jobs.ingest.stage:write_tables": (5, 63),
@@ -40,21 +52,16 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
     "jobs.spark.per_user:per_user": (9, 18),
     "jobs.spark.per_user:per_user_local": (8, 25),
     "jobs.train.stage:charge_training": (8, 11),
-    "jobs.train.stage:run": (3, 61),
-    "models.attacks.lira:lira_report": (11, 18),
-    "models.attacks.lira:run_lira": (14, 24),
-    "models.attacks.membership:run_membership": (11, 30),
-    "models.attacks.report:evaluate_attack": (9, 17),
-    "models.attacks.suite:membership_attacks": (11, 33),
+    "models.attacks.lira:run_lira": (9, 23),
+    "models.attacks.membership:run_membership": (8, 29),
+    "models.attacks.suite:membership_attacks": (9, 34),
     "models.config:TrainConfig.__post_init__": (0, 61),
     "models.critics:_losses_and_grads": (7, 99),
     "models.critics:critic_step": (10, 6),
     "models.critics:critic_update": (9, 52),
-    "models.markov:fit_markov": (10, 15),
-    "models.markov:release_markov": (11, 25),
+    "models.markov:release_markov": (9, 27),
     "models.ppo:ppo_update": (8, 37),
-    "models.train:_Run.one_round": (0, 85),
-    "models.train:critic_step_rows": (12, 17),
+    "models.train:_Run.one_round": (0, 84),
     "models.train:fit": (8, 21),
     "models.train:sharded_ppo_update": (10, 50),
     "udfs.atp:perturb_region": (9, 31),
@@ -69,12 +76,16 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
 }
 
 
+def _modules():
+    for pkg in PACKAGES:
+        yield from sorted((ROOT / pkg).rglob("*.py"))
+
+
 def _functions():
     """(qualified name, parameter count, line count) of every function of the packages."""
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            module = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
-            yield from _walk(ast.parse(path.read_text()), f"{module}:")
+    for path in _modules():
+        module = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+        yield from _walk(ast.parse(path.read_text()), f"{module}:")
 
 
 def _walk(node, prefix: str):
@@ -106,6 +117,22 @@ def test_every_exception_still_exists():
     assert not sorted(set(EXCEPTIONS) - names), "drop the entries of removed functions"
 
 
+def test_modules_stay_within_the_length_limit():
+    over = []
+    for path in _modules():
+        name = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        cap = max(MODULE_EXCEPTIONS.get(name, MAX_MODULE_LINES), MAX_MODULE_LINES)
+        if lines > cap:
+            over.append(f"{name}: {lines} lines (limit {cap})")
+    assert not over, "split these by concern:\n" + "\n".join(over)
+
+
+def test_every_module_exception_still_exists():
+    assert not sorted(n for n in MODULE_EXCEPTIONS if not (ROOT / n).is_file()), (
+        "drop the entries of removed modules")
+
+
 def _geographic(value) -> bool:
     """An Earth radius in km or m, km per degree, or a degree/radian factor."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -116,12 +143,11 @@ def _geographic(value) -> bool:
 
 def test_no_geographic_literal_outside_geo():
     found = []
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            if path == ROOT / "udfs" / "geo.py":
-                continue
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Constant) and _geographic(node.value):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+    for path in _modules():
+        if path == ROOT / "udfs" / "geo.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and _geographic(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
     assert not found, "derive it from udfs.geo (EARTH_RADIUS_KM, KM_PER_DEGREE):\n" + "\n".join(
         found)

@@ -25,10 +25,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.attack_kinds import families_of, runner_of
 from jobs.config import Config
 from jobs.evaluate.pairs import perturbed_pairs
 from jobs.keys import pseudonym, pseudonym_key
-from jobs.progress import track
 from jobs.spark.catalog import read_table
 from jobs.spark.tables import LOCATIONS, POINTS
 from models.attacks.home import home_reidentification
@@ -48,38 +48,25 @@ def _rows(method: str, setting: float | None, result: dict[str, Any]) -> list[di
 def run_attacks(spark: SparkSession, cfg: Config,
                 targets: list[tuple[str, str, float]] | None = None
                 ) -> tuple[list[dict], dict[str, Any]]:
-    """Evaluation rows and figures of `evaluate.attack_kinds` for `cfg.dataset`; `targets`:
-    (train run id, model, epsilon) to attack (default: `attacks_membership.attack_targets`)."""
+    """Evaluation rows and figures of `evaluate.attack_kinds` for `cfg.dataset`, family by
+    family of the registry (`jobs.attack_kinds`); `targets`: (train run id, model, epsilon) to
+    attack (default: `membership.attack_targets`)."""
     kinds = set(cfg.evaluate.attack_kinds)
     rows: list[dict] = []
     figures: dict[str, Any] = {}
-    if "home" in kinds:
-        rows, figures = home_attack(spark, cfg)
-    if kinds & {"whitebox", "lira"}:
-        from jobs.evaluate.membership import attack_run, attack_targets
-
-        targets = attack_targets(spark, cfg) if targets is None else targets
-        # the white-box MIA and LiRA score a user's days with the run's per-user critics, which
-        # only a learned method has (a DP Markov release is one table of summed counts)
-        from jobs.methods import methods
-
-        registry = methods()
-        without = [t for t in targets if not (t[1] in registry and registry[t[1]].learned)]
-        if without:
-            log.warning("membership attacks skip the run(s) %s of methods without per-user "
-                        "critics (%s)", ", ".join(t[0] for t in without),
-                        ", ".join(sorted({t[1] for t in without})))
-            figures["membership_skipped"] = sorted(t[0] for t in without)
-        targets = [t for t in targets if t not in without]
-        if not targets and not without:
-            log.warning("no train run of %s to attack: membership attacks skipped", cfg.dataset)
-        for run_id, model, epsilon in track(targets, "evaluate membership attacks",
-                                            "trained runs"):
-            more, figs = attack_run(spark, cfg, run_id, model, epsilon)
-            rows += more
-            prefix = "" if len(targets) == 1 else f"{model}_"
-            figures.update({f"{prefix}{k}": v for k, v in figs.items()})
+    for family in families_of(kinds):
+        more, figs = runner_of(family)(spark, cfg, kinds, targets)
+        rows += more
+        figures.update(figs)
     return rows, figures
+
+
+def home_family(spark: SparkSession, cfg: Config, kinds: set[str],
+                targets: list[tuple[str, str, float]] | None
+                ) -> tuple[list[dict], dict[str, Any]]:
+    """The `home` family's runner (`jobs.attack_kinds`): it attacks published points, not
+    train runs."""
+    return home_attack(spark, cfg)
 
 
 def perturbed_views(spark: SparkSession, cfg: Config, users: list[str]) -> DataFrame | None:

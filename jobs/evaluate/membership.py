@@ -34,9 +34,11 @@ from pyspark.sql import functions as F
 
 from jobs.config import Config
 from jobs.keys import pseudonym, pseudonym_key
+from jobs.progress import track
 from jobs.spark.catalog import read_table, table_exists
 from jobs.spark.tables import RUNS, SLOT_DAYS_SPLIT, SYNTHETIC_TRAJECTORIES
 from models.attacks.membership import Candidates
+from models.attacks.report import AttackSettings
 from models.attacks.suite import membership_attacks
 from models.attacks.target import TrainedRun, shadow_trainer
 from models.data import TrainData
@@ -128,6 +130,36 @@ def torch_threads():
         torch.set_num_threads(before)
 
 
+def membership_family(spark: SparkSession, cfg: Config, kinds: set[str],
+                      targets: list[tuple[str, str, float]] | None
+                      ) -> tuple[list[dict], dict[str, Any]]:
+    """The `membership` family's runner (`jobs.attack_kinds`): the white-box MIA and LiRA
+    against each of `targets` (default: `attack_targets`) whose method is learned."""
+    targets = attack_targets(spark, cfg) if targets is None else targets
+    # the white-box MIA and LiRA score a user's days with the run's per-user critics, which
+    # only a learned method has (a DP Markov release is one table of summed counts)
+    from jobs.methods import methods
+
+    rows: list[dict] = []
+    figures: dict[str, Any] = {}
+    registry = methods()
+    without = [t for t in targets if not (t[1] in registry and registry[t[1]].learned)]
+    if without:
+        log.warning("membership attacks skip the run(s) %s of methods without per-user "
+                    "critics (%s)", ", ".join(t[0] for t in without),
+                    ", ".join(sorted({t[1] for t in without})))
+        figures["membership_skipped"] = sorted(t[0] for t in without)
+    targets = [t for t in targets if t not in without]
+    if not targets and not without:
+        log.warning("no train run of %s to attack: membership attacks skipped", cfg.dataset)
+    for run_id, model, epsilon in track(targets, "evaluate membership attacks", "trained runs"):
+        more, figs = attack_run(spark, cfg, run_id, model, epsilon)
+        rows += more
+        prefix = "" if len(targets) == 1 else f"{model}_"
+        figures.update({f"{prefix}{k}": v for k, v in figs.items()})
+    return rows, figures
+
+
 def attack_run(spark: SparkSession, cfg: Config, run_id: str, model: str, epsilon: float
                ) -> tuple[list[dict], dict[str, Any]]:
     """Evaluation rows and figures of the white-box MIA and LiRA against train run `run_id`."""
@@ -152,7 +184,7 @@ def _attack_run(spark: SparkSession, cfg: Config, run_id: str, model: str, epsil
     reports, seconds = membership_attacks(
         target, target.coords, cands, template, shadow_trainer(target) if lira else None,
         n_shadows=cfg.evaluate.lira_shadows if lira else 0, whitebox="whitebox" in kinds,
-        seed=cfg.seed, n_boot=cfg.evaluate.attack_bootstrap)
+        settings=AttackSettings(seed=cfg.seed, n_boot=cfg.evaluate.attack_bootstrap))
     rows = [{"method": model, "setting": epsilon, "metric": m, "value": v}
             for rep in reports for m, v in rep.rows()]
     rows.append({"method": model, "setting": epsilon, "metric": "attack_users",

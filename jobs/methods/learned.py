@@ -106,9 +106,3 @@ class LearnedMethod:
 
 
 METHODS = {s: register(LearnedMethod(s, LABELS[s])) for s in SCHEMES}
-
-
-def generate_partition(blob: bytes, seed: int, p: int, first: int, count: int) -> pd.DataFrame:
-    """The synthesize kernel of a `policy.pt`: partition p's days (traj_no, slots). Loading is
-    the same for every scheme (the artefact holds the policy's own settings)."""
-    return METHODS["pategail"].load(blob).sample_partition(seed, p, first, count)

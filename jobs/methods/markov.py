@@ -45,10 +45,8 @@ class MarkovMethod:
     def fit(self, cfg: Any, data: Any, epsilon: float, seed: int) -> FittedMarkov:
         from models.markov import fit_markov
 
-        ms = cfg.train.markov
         model = fit_markov(data.days_per_user, data.coords, epsilon, cfg.train.delta, seed,
-                           mechanism=ms.mechanism, accountant=cfg.train.accountant,
-                           cell_depth=ms.cell_depth, tau=ms.tau, smooth=ms.smooth)
+                           settings=cfg.train.markov.core(), accountant=cfg.train.accountant)
         return FittedMarkov(model, None, float(model.epsilon))
 
     def load(self, blob: bytes) -> FittedMarkov:

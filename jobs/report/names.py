@@ -13,7 +13,6 @@ method keeps its colour in every chart; epsilon labels are sorted as numbers, ne
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 from jobs.methods import methods
 from jobs.spark.tables import SYNTHESIS_STUDY_PREFIX
@@ -70,10 +69,6 @@ def display(method: str) -> str:
     return f"{name}, published" if source == RELEASE else name
 
 
-def is_ldp_mechanism(method: str) -> bool:
-    return canonical(method)[1] in (STUDY, RELEASE)
-
-
 def colour_of(name: str, taken: dict[str, str] | None = None) -> str:
     """A fixed colour for a known name; unknown names take the first palette colour unused."""
     if name in FIXED_COLOURS:
@@ -93,13 +88,3 @@ def epsilon_value(setting: object) -> float:
     except (TypeError, ValueError):
         return math.nan
     return value
-
-
-def epsilon_label(setting: object) -> str:
-    value = epsilon_value(setting)
-    return "" if math.isnan(value) else f"{value:g}"
-
-
-def sorted_epsilons(settings: Iterable[object]) -> list[float]:
-    """Distinct numeric epsilons in increasing order (non-numbers left out)."""
-    return sorted({v for v in map(epsilon_value, settings) if not math.isnan(v)})

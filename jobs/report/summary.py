@@ -122,10 +122,6 @@ def privacy_sentence(header: dict[str, Any]) -> str | None:
     return "Privacy: " + "; ".join(parts) + "."
 
 
-def metric_label(metric: str) -> str:
-    return MOBILITY_LABELS.get(metric, metric)
-
-
 def synthesis_sentences(study: pd.DataFrame) -> list[str]:
     """The synthesis study in words: which method is best at the study's epsilon (lowest mean
     divergence over the paper's six statistics) and on how many it beats uniform days."""
@@ -152,4 +148,3 @@ def synthesis_sentences(study: pd.DataFrame) -> list[str]:
             words.append(f"{r.name} beats uniform random days on {len(beats)} of "
                          f"{len(metrics)} statistics in the study.")
     return words
-

@@ -134,9 +134,3 @@ def write_evaluation(
     write_table(df, EVALUATION, replace=replace,
                 covers=[{"dataset": dataset, "run_id": run_id, "method": m} for m in methods])
     return len(data)
-
-
-def read_evaluation(spark: SparkSession, *, run_id: str | None = None) -> DataFrame:
-    """The evaluation table, optionally one run's rows."""
-    df = spark.table(EVALUATION)
-    return df if run_id is None else df.where(F.col("run_id") == run_id)

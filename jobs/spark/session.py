@@ -399,12 +399,6 @@ def _read_holder(fd: int) -> str:
         return "pid unknown"
 
 
-def release_root(root: Path) -> None:
-    fd = _held_locks.pop(root.resolve(), None)
-    if fd is not None:
-        os.close(fd)
-
-
 def ensure_databases(spark: SparkSession, cfg: Config, clean_staging: bool = True) -> None:
     """Create the three zones' databases when missing (raw and trusted folders mode 0700);
     a writer (the holder of the root's lock) also removes staging that killed runs left."""
@@ -539,7 +533,3 @@ def _chmod(path: str, keep: int, add: int, gid: int | None = None) -> int:
         return changed
     except OSError:  # vanished meanwhile (a task's temporary file)
         return 0
-
-
-def project_root() -> Path:
-    return Path(__file__).resolve().parents[1]

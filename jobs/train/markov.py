@@ -88,8 +88,7 @@ def fit(spark, cfg: Config, staging: Path, seed: int) -> tuple[MarkovModel, dict
     stats = sharded_stats(spark, staging, loc_ids, coords, cell_of, cfg.train.num_processes)
     t_stats = time.perf_counter() - t0
     model = release_markov(stats, coords, cell_of, cfg.train.target_epsilon, cfg.train.delta,
-                           seed, mechanism=ms.mechanism, accountant=cfg.train.accountant,
-                           tau=ms.tau, smooth=ms.smooth)
+                           seed, settings=ms.core(), accountant=cfg.train.accountant)
     return model, {"loc_ids": loc_ids, "coords": coords, "stats_s": t_stats,
                    "release_s": time.perf_counter() - t0 - t_stats}
 

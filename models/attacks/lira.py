@@ -25,13 +25,21 @@ Runtime: (K + 1) trainings plus (K + 1) scoring passes over the candidates.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.stats import norm
 
 from models.attacks.membership import Candidates, day_features, load_critics
-from models.attacks.report import AttackReport, attack_split, best_threshold, evaluate_attack
+from models.attacks.report import (
+    DEFAULT_SETTINGS,
+    AttackReport,
+    AttackSettings,
+    attack_split,
+    best_threshold,
+    evaluate_attack,
+)
 from models.data import TrainData
 from models.env import MobilityEnv
 from models.features import Trajectories, expert_trajectories
@@ -152,37 +160,51 @@ def lira_statistic(target: np.ndarray, shadows: np.ndarray, in_mask: np.ndarray,
     return norm.logpdf(t, mu_in, sd_in) - norm.logpdf(t, mu_out, sd_out)
 
 
+@dataclass(frozen=True)
+class LiraSettings:
+    """The LiRA variant: `n_shadows` shadow models, the online test (IN and OUT Gaussians) or
+    the offline one (OUT only), and per-example or pooled variances (None: pooled below 64
+    shadows, Carlini et al.'s advice)."""
+
+    n_shadows: int = 4
+    online: bool = True
+    fixed_variance: bool | None = None
+
+
+DEFAULT_LIRA = LiraSettings()
+
+
 def lira_report(target_scores: np.ndarray, shadow_scores: np.ndarray, in_mask: np.ndarray,
-                candidates: Candidates, *, online: bool = True,
-                fixed_variance: bool | None = None, eval_fraction: float = 0.5, seed: int = 0,
-                n_boot: int = 500, fpr: float = 0.01, name: str = "lira") -> AttackReport:
-    """LiRA report from precomputed scores (n,) target, (K, n) shadows and their IN mask.
-    Candidates with no OUT shadow (or, online, no IN shadow) cannot be scored and are left out
-    before the split (`extra["n_unscored"]`)."""
+                candidates: Candidates, *, lira: LiraSettings = DEFAULT_LIRA,
+                settings: AttackSettings = DEFAULT_SETTINGS, name: str = "lira") -> AttackReport:
+    """LiRA report from precomputed scores (n,) target, (K, n) shadows and their IN mask
+    (`lira.n_shadows` is not read: the mask says K). Candidates with no OUT shadow (or, online,
+    no IN shadow) cannot be scored and are left out before the split (`extra["n_unscored"]`)."""
+    online = lira.online
     m = np.asarray(in_mask, bool)
     ok = (~m).any(0) & (m.any(0) if online else True)
     stat = lira_statistic(np.asarray(target_scores)[ok], np.asarray(shadow_scores)[:, ok],
-                          m[:, ok], online=online, fixed_variance=fixed_variance)
+                          m[:, ok], online=online, fixed_variance=lira.fixed_variance)
     y = np.asarray(candidates.is_member, bool)[ok]
-    ev = attack_split(y, np.asarray(candidates.users)[ok], eval_fraction, seed)
+    ev = attack_split(y, np.asarray(candidates.users)[ok], settings.eval_fraction, settings.seed)
     thr = best_threshold(stat[~ev], y[~ev])
-    return evaluate_attack(name, stat[ev], y[ev], threshold=thr, fpr=fpr, n_boot=n_boot,
-                           seed=seed, extra={"n_shadows": int(m.shape[0]),
-                                             "variant": "online" if online else "offline",
-                                             "n_unscored": int((~ok).sum())})
+    return evaluate_attack(name, stat[ev], y[ev], threshold=thr, settings=settings,
+                           extra={"n_shadows": int(m.shape[0]),
+                                  "variant": "online" if online else "offline",
+                                  "n_unscored": int((~ok).sum())})
 
 
 def run_lira(train: Callable[[TrainData, int], object] | None,
              score: Callable[[object, Candidates], np.ndarray], target_model,
-             candidates: Candidates, template: TrainData, *, n_shadows: int = 4,
-             online: bool = True, fixed_variance: bool | None = None, eval_fraction: float = 0.5,
-             seed: int = 0, n_boot: int = 500, fpr: float = 0.01, name: str = "lira",
+             candidates: Candidates, template: TrainData, *, lira: LiraSettings = DEFAULT_LIRA,
+             settings: AttackSettings = DEFAULT_SETTINGS, name: str = "lira",
              shadow_models: list | None = None) -> tuple[AttackReport, dict]:
     """Train K shadows with `train(data, seed)` (shadow k on `shadow_masks(...)[k]`, seed
     seed + 1000 + k), score the target and every shadow with `score(model, candidates)`, report
     LiRA on the evaluation half. Returns (report, {"shadows", "in_mask", "scores", "target"});
     pass the shadows back as `shadow_models` (same K and seed) to reuse them with another score,
     or call `lira_report` on the returned scores for the other variant."""
+    n_shadows, seed = lira.n_shadows, settings.seed
     mask = shadow_masks(candidates, n_shadows, seed)
     if shadow_models is None:
         if train is None:
@@ -193,8 +215,7 @@ def run_lira(train: Callable[[TrainData, int], object] | None,
         raise InvalidParameterError(f"got {len(shadow_models)} shadow models for K={n_shadows}")
     sh = np.stack([score(mdl, candidates) for mdl in shadow_models])
     tg = score(target_model, candidates)
-    rep = lira_report(tg, sh, mask, candidates, online=online, fixed_variance=fixed_variance,
-                      eval_fraction=eval_fraction, seed=seed, n_boot=n_boot, fpr=fpr, name=name)
+    rep = lira_report(tg, sh, mask, candidates, lira=lira, settings=settings, name=name)
     return rep, {"shadows": shadow_models, "in_mask": mask, "scores": sh, "target": tg}
 
 

@@ -31,7 +31,14 @@ import numpy as np
 import torch
 from sklearn.ensemble import RandomForestClassifier
 
-from models.attacks.report import AttackReport, attack_split, best_threshold, evaluate_attack
+from models.attacks.report import (
+    DEFAULT_SETTINGS,
+    AttackReport,
+    AttackSettings,
+    attack_split,
+    best_threshold,
+    evaluate_attack,
+)
 from models.critic_store import FOLDER as CRITICS_FOLDER
 from models.critic_store import UserCritics, load_user_critics
 from models.critics import BatchedCritics, critic_rewards
@@ -180,10 +187,9 @@ def day_reward_features(critics, feats: torch.Tensor, users: np.ndarray,
 
 
 def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *,
-                   eval_fraction: float = 0.5, seed: int = 0, n_estimators: int = 200,
-                   n_boot: int = 500, fpr: float = 0.01, name: str = "whitebox_mia",
-                   chunk_days: int | None = None, traj: Trajectories | None = None
-                   ) -> AttackReport:
+                   settings: AttackSettings = DEFAULT_SETTINGS, n_estimators: int = 200,
+                   name: str = "whitebox_mia", chunk_days: int | None = None,
+                   traj: Trajectories | None = None) -> AttackReport:
     """White-box MIA: random forest on reward features, scored on a held-out half.
 
     critics_source: see `load_critics`; coords: the public (L, 2) map the model was trained on;
@@ -199,13 +205,13 @@ def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *
         feats = traj.features
     x = day_reward_features(critics, feats, users, chunk_days)
     y = np.asarray(candidates.is_member, bool)
-    ev = attack_split(y, users, eval_fraction, seed)
+    ev = attack_split(y, users, settings.eval_fraction, settings.seed)
     rf = RandomForestClassifier(n_estimators=n_estimators, min_samples_leaf=3, oob_score=True,
-                                class_weight="balanced", random_state=seed, n_jobs=1)
+                                class_weight="balanced", random_state=settings.seed, n_jobs=1)
     rf.fit(x[~ev], y[~ev])
     oob = np.nan_to_num(rf.oob_decision_function_[:, 1], nan=0.5)
     thr = best_threshold(oob, y[~ev])
     score = rf.predict_proba(x[ev])[:, 1]
-    return evaluate_attack(name, score, y[ev], threshold=thr, fpr=fpr, n_boot=n_boot, seed=seed,
+    return evaluate_attack(name, score, y[ev], threshold=thr, settings=settings,
                            extra={"n_attack_train": int((~ev).sum()),
                                   "features": int(x.shape[1])})

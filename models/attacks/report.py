@@ -28,6 +28,22 @@ from udfs.errors import InvalidParameterError
 
 
 @dataclass(frozen=True)
+class AttackSettings:
+    """How every attack of a run is scored: the share of candidates held out for evaluation
+    (`attack_split`, by user), the seed of that split, of the attacker's own fits and of the
+    bootstrap, the bootstrap replicates of each interval and the FPR of the TPR operating
+    point."""
+
+    eval_fraction: float = 0.5
+    seed: int = 0
+    n_boot: int = 500
+    fpr: float = 0.01
+
+
+DEFAULT_SETTINGS = AttackSettings()
+
+
+@dataclass(frozen=True)
 class AttackReport:
     """Result of one attack on one model; `rows()` gives (metric, value) pairs for a table."""
 
@@ -123,10 +139,12 @@ def _bootstrap(fn, s: np.ndarray, y: np.ndarray, n_boot: int, rng: np.random.Gen
     return float(lo), float(hi)
 
 
-def evaluate_attack(name: str, scores, labels, *, threshold: float, fpr: float = 0.01,
-                    n_boot: int = 500, seed: int = 0, level: float = 0.95,
+def evaluate_attack(name: str, scores, labels, *, threshold: float,
+                    settings: AttackSettings = DEFAULT_SETTINGS, level: float = 0.95,
                     extra: dict | None = None) -> AttackReport:
-    """Report of an attack from its evaluation-split scores and true membership labels."""
+    """Report of an attack from its evaluation-split scores and true membership labels
+    (`settings`: its fpr, n_boot and seed)."""
+    fpr, n_boot, seed = settings.fpr, settings.n_boot, settings.seed
     s, y = _check(scores, labels)
     if not 0 < fpr < 1 or n_boot < 1 or not 0 < level < 1:
         raise InvalidParameterError("need 0 < fpr < 1, n_boot >= 1 and 0 < level < 1")

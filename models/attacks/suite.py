@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from models.attacks.lira import critic_score, lira_report, policy_score, run_lira
+from models.attacks.lira import LiraSettings, critic_score, lira_report, policy_score, run_lira
 from models.attacks.membership import Candidates, run_membership
-from models.attacks.report import AttackReport
+from models.attacks.report import DEFAULT_SETTINGS, AttackReport, AttackSettings
 from models.data import TrainData
 from models.env import MobilityEnv
 from models.features import expert_trajectories
@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 def membership_attacks(target, coords: np.ndarray, candidates: Candidates,
                        template: TrainData, train: Callable[[TrainData, int], object] | None, *,
-                       n_shadows: int = 2, whitebox: bool = True, seed: int = 0,
-                       n_boot: int = 500, n_estimators: int = 200, fpr: float = 0.01
+                       n_shadows: int = 2, whitebox: bool = True,
+                       settings: AttackSettings = DEFAULT_SETTINGS, n_estimators: int = 200
                        ) -> tuple[list[AttackReport], dict[str, float]]:
     """(reports, seconds per part). `target`: anything with `.policy()` and critics
     (`membership.load_critics`); `candidates.users` index `template`'s users and the target's
@@ -43,22 +43,23 @@ def membership_attacks(target, coords: np.ndarray, candidates: Candidates,
     traj = expert_trajectories(MobilityEnv(coords, k_nearest=1), candidates.days)  # label once
     reports: list[AttackReport] = []
     if whitebox:
-        reports.append(run_membership(target, coords, candidates, seed=seed, n_boot=n_boot,
-                                      n_estimators=n_estimators, fpr=fpr, traj=traj))
+        reports.append(run_membership(target, coords, candidates, settings=settings,
+                                      n_estimators=n_estimators, traj=traj))
         seconds["whitebox"] = round(time.perf_counter() - t0, 3)
         log.info("white-box MIA: AUC %.3f (%.1fs)", reports[-1].auc, seconds["whitebox"])
     if train is None or n_shadows == 0:
         return reports, seconds
     t1 = time.perf_counter()
-    common = {"seed": seed, "n_boot": n_boot, "fpr": fpr}
+    online = LiraSettings(n_shadows=n_shadows, online=True)
     lira_p, extra = run_lira(train, lambda m, c: policy_score(m, coords, c, traj), target,
-                             candidates, template, n_shadows=n_shadows, online=True,
-                             name="lira_policy", **common)
+                             candidates, template, lira=online, settings=settings,
+                             name="lira_policy")
     offline = lira_report(extra["target"], extra["scores"], extra["in_mask"], candidates,
-                          online=False, name="lira_policy_offline", **common)
-    lira_c, _ = run_lira(None, lambda m, c: critic_score(m, coords, c, traj), target,
-                         candidates, template, n_shadows=n_shadows, online=True,
-                         name="lira_critic", shadow_models=extra["shadows"], **common)
+                          lira=LiraSettings(n_shadows=n_shadows, online=False),
+                          settings=settings, name="lira_policy_offline")
+    lira_c, _ = run_lira(None, lambda m, c: critic_score(m, coords, c, traj), target, candidates,
+                         template, lira=online, settings=settings, name="lira_critic",
+                         shadow_models=extra["shadows"])
     seconds["lira"] = round(time.perf_counter() - t1, 3)
     log.info("LiRA (%d shadows): policy AUC %.3f (offline %.3f), critic AUC %.3f (%.1fs)",
              n_shadows, lira_p.auc, offline.auc, lira_c.auc, seconds["lira"])

@@ -289,12 +289,15 @@ def test_published_tables_are_assets_of_the_stages_that_write_them(dag_info):
     outlets = {t: info["outlets"] for t, info in dag_info["tasks"].items() if info["outlets"]}
     assert outlets == {
         "collection.datagen": [["trajpriv_pub.locations", "trajpriv://trajpriv_pub/locations"]],
+        "collection.ingest": [["trajpriv_pub.locations", "trajpriv://trajpriv_pub/locations"]],
         "collection.collect": [
             [f"trajpriv_pub.{t}", f"trajpriv://trajpriv_pub/{t}"]
             for t in ("perturbed_trajectories", "perturbed_points", "releases")
         ],
-        "synthesis.synthesize": [["trajpriv_pub.synthetic_trajectories",
-                                  "trajpriv://trajpriv_pub/synthetic_trajectories"]],
+        "synthesis.synthesize": [
+            [f"trajpriv_pub.{t}", f"trajpriv://trajpriv_pub/{t}"]
+            for t in ("synthetic_trajectories", "synthetic_points")
+        ],
     }
 
 

@@ -78,14 +78,14 @@ def test_report_without_data_still_renders(tmp_path: Path) -> None:
 
 def _attack_rows() -> list[tuple]:
     """Attack rows as jobs/evaluate/attacks.py writes them, from real AttackReports."""
-    from models.attacks.report import evaluate_attack
+    from models.attacks.report import AttackSettings, evaluate_attack
 
     rng = np.random.default_rng(1)
     y = np.r_[np.ones(60, bool), np.zeros(40, bool)]
     rows = []
     for name, shift in (("whitebox_mia", 2.0), ("lira_policy", 0.0), ("lira_critic", 0.1)):
         rep = evaluate_attack(name, rng.normal(0, 1, 100) + shift * y, y, threshold=0.5,
-                              n_boot=50)
+                              settings=AttackSettings(n_boot=50))
         rows += [("r2", "d", "pategail++", "0.1", m, v) for m, v in rep.rows()]
     rows += [("r2", "d", "pategail++", "0.1", "attack_users", 6.0)]
     for method, eps, share in (("raw", None, 0.85), ("perturbed_atp", "4.0", 0.2)):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models.attacks.lira import (
+    LiraSettings,
     lira_statistic,
     policy_log_likelihood,
     run_lira,
@@ -18,7 +19,7 @@ from models.attacks.lira import (
     shadow_masks,
 )
 from models.attacks.membership import split_member_days
-from models.attacks.report import auc
+from models.attacks.report import AttackSettings, auc
 from models.env import MobilityEnv
 from models.policy import PolicyNet, ValueNet
 from models.ppo import rollout
@@ -89,8 +90,9 @@ def test_run_lira_catches_a_memorising_generator_and_not_an_ignoring_one(online)
     train, cands = split_member_days(data, 0.7, seed=0)
     for memorise in (True, False):
         target = _train(memorise)(train, 99)
-        rep, extra = run_lira(_train(memorise), _score, target, cands, data, n_shadows=4,
-                              online=online, n_boot=100, seed=0)
+        rep, extra = run_lira(_train(memorise), _score, target, cands, data,
+                              lira=LiraSettings(n_shadows=4, online=online),
+                              settings=AttackSettings(n_boot=100, seed=0))
         assert extra["scores"].shape == (4, len(cands.days))
         if memorise:
             assert rep.auc > 0.9 and rep.tpr_at_fpr > 0.2
@@ -132,7 +134,7 @@ def test_shadow_pairs_split_every_user_and_unscorable_days_are_left_out():
         assert set(cands.users[m[k]]) == set(range(6))
     rng = np.random.default_rng(0)
     rep = lira_report(rng.normal(size=len(days)), rng.normal(size=m.shape), m, cands,
-                      n_boot=20)
+                      settings=AttackSettings(n_boot=20))
     assert rep.extra["n_unscored"] == 1  # the single day has no OUT shadow
 
 

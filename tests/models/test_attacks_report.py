@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score, roc_curve
 
 from models.attacks.report import (
+    AttackSettings,
     attack_split,
     auc,
     balanced_accuracy,
@@ -41,13 +42,13 @@ def test_best_threshold_is_the_brute_force_optimum():
 
 def test_report_intervals_and_extremes():
     s, y = _data(2, n=2000)
-    rep = evaluate_attack("x", s, y, threshold=0.4, n_boot=300, seed=0)
+    rep = evaluate_attack("x", s, y, threshold=0.4, settings=AttackSettings(n_boot=300, seed=0))
     for v, (lo, hi) in [(rep.auc, rep.auc_ci), (rep.balanced_accuracy, rep.balanced_accuracy_ci),
                         (rep.tpr_at_fpr, rep.tpr_at_fpr_ci)]:
         assert lo <= v <= hi
     assert rep.auc_ci[1] - rep.auc_ci[0] < 0.1
     perfect = evaluate_attack("p", np.r_[np.ones(20), np.zeros(30)], np.r_[[1] * 20, [0] * 30],
-                              threshold=0.5, n_boot=50)
+                              threshold=0.5, settings=AttackSettings(n_boot=50))
     assert perfect.auc == perfect.tpr_at_fpr == perfect.balanced_accuracy == 1.0
     assert perfect.auc_ci == (1.0, 1.0)
     names = dict(rep.rows())
@@ -80,7 +81,7 @@ def test_report_keeps_the_tpr_at_a_tenth_of_a_percent_fpr():
     rng = np.random.default_rng(3)
     y = np.r_[np.ones(500, bool), np.zeros(2000, bool)]
     s = rng.normal(size=y.size) + 1.5 * y
-    rep = evaluate_attack("x", s, y, threshold=0.0, n_boot=5)
+    rep = evaluate_attack("x", s, y, threshold=0.0, settings=AttackSettings(n_boot=5))
     fpr, tpr, _ = roc_curve(y, s)
     assert rep.extra["tpr_at_0.1pct_fpr"] == pytest.approx(tpr[fpr <= 0.001].max())
     assert rep.extra["tpr_at_0.1pct_fpr"] < rep.tpr_at_fpr

@@ -225,7 +225,7 @@ def test_learned_destinations_resume_and_synthesize_round_trip(tmp_path):
 
 
 def test_synthesize_stage_kernel_restores_the_learned_head():
-    from jobs.methods.learned import generate_partition
+    from jobs.methods import get
 
     data = toy_data()
     cfg = dataclasses.replace(tiny_config(rounds=2, destination="learned"))
@@ -237,7 +237,7 @@ def test_synthesize_stage_kernel_restores_the_learned_head():
            "meta": {"coords": data.coords.tolist(), "loc_ids": list(range(res.n_locations))}}
     buf = io.BytesIO()
     torch.save(art, buf)
-    out = generate_partition(buf.getvalue(), 11, 0, 0, 25)
+    out = get("pategail").load(buf.getvalue()).sample_partition(11, 0, 0, 25)
     gen = torch.Generator()
     gen.manual_seed(int(np.random.SeedSequence([11, 0]).generate_state(1, np.uint64)[0] >> 1))
     env = MobilityEnv(data.coords, cfg.k_nearest, cfg.explore_exponent)

@@ -12,6 +12,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy import stats
 
 from models.accounting import PrivacyAccountant
+from models.config import MarkovSettings
 from models.env import SLOTS
 from models.markov import (
     HOME,
@@ -44,7 +45,8 @@ def _rdp(event) -> float:
 @pytest.mark.parametrize("epsilon", [1.0, 4.0])
 def test_spent_epsilon_is_the_target_up_to_the_grid(mechanism, epsilon):
     data = toy_data(n_users=12)
-    model = fit_markov(data.days_per_user, data.coords, epsilon, 1e-5, 0, mechanism=mechanism)
+    model = fit_markov(data.days_per_user, data.coords, epsilon, 1e-5, 0,
+                       settings=MarkovSettings(mechanism=mechanism))
     spent = model.accountant["epsilon"]
     assert epsilon * (1 - 0.011) <= spent <= epsilon  # the grid: multipliers < 1.1% low
     # oracle: dp_accounting on the plan's exact (unrounded) multipliers is <= the recorded cost
@@ -180,7 +182,8 @@ def test_recovers_a_known_chain_at_large_epsilon():
     coords, cell_of, start, act, trans, within = chain
     days = _simulate(10_000, chain, rng)
     users = [days[i:i + 10] for i in range(0, len(days), 10)]
-    model = fit_markov(users, coords, 1e4, 1e-5, 0, cell_depth=2, tau=0.0, smooth=0)
+    model = fit_markov(users, coords, 1e4, 1e-5, 0,
+                       settings=MarkovSettings(cell_depth=2, tau=0.0, smooth=0))
     assert np.array_equal(model.cell_of, cell_of)
     assert np.abs(model.start_probs - start).max() < 0.02  # sd <= 0.0025 per location
     # P(action | slot, at home, RETURN possible) wherever the data had >= 400 such cases:
@@ -221,6 +224,7 @@ def test_action_labels():
 def test_bad_arguments():
     data = toy_data()
     with pytest.raises(InvalidParameterError, match="mechanism"):
-        fit_markov(data.days_per_user, data.coords, 1.0, 1e-5, 0, mechanism="exponential")
+        fit_markov(data.days_per_user, data.coords, 1.0, 1e-5, 0,
+                   settings=MarkovSettings(mechanism="exponential"))
     with pytest.raises(InvalidParameterError, match="epsilon"):
         fit_markov(data.days_per_user, data.coords, 0.0, 1e-5, 0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.config import MarkovSettings
 from models.env import STAY, MobilityEnv
 from models.markov import fit_markov
 from models.policy import PolicyNet, ValueNet
@@ -22,7 +23,8 @@ N = 5000  # days a side
 def release():
     torch.set_num_threads(1)
     data = toy_data(n_users=40, n_loc=60, days=10)
-    return data.coords, fit_markov(data.days_per_user, data.coords, 50.0, 1e-5, 0, cell_depth=3)
+    return data.coords, fit_markov(data.days_per_user, data.coords, 50.0, 1e-5, 0,
+                                   settings=MarkovSettings(cell_depth=3))
 
 
 def residual_policy(coords, model) -> PolicyNet:

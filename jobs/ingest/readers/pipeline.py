@@ -25,10 +25,11 @@ import pyarrow as pa
 
 from jobs.ingest import shaping
 from jobs.ingest.locmap import Grid, Locations, LocationSet, derive_locations, map_points
-from jobs.ingest.readers import checkins, npy, plt, telecom
+from jobs.ingest.readers import checkins, npy, plt
 from jobs.ingest.readers.arrow import UNION_ARROW, from_arrow, list_array, timestamp_array
 from jobs.ingest.readers.common import Reason, Window
 from jobs.ingest.readers.delimited import TableSpec, file_date, parse_delimited
+from jobs.ingest.readers.sources import SOURCES
 from udfs.errors import InputDataError
 
 
@@ -57,10 +58,20 @@ class ReaderOptions:
     date_format: str | None = None  # strptime of the date it captures (None: ISO 8601)
     date_year: int | None = None  # the year of those dates when date_format holds none
 
+    @classmethod
+    def from_config(cls, icfg) -> ReaderOptions:
+        """The options of an `IngestConfig`: its fields of the same name, and the four that
+        take another shape here (the window, the column tuple, the quoting, the file year)."""
+        same = {f.name: getattr(icfg, f.name) for f in dataclasses.fields(cls)
+                if f.name in type(icfg).model_fields}
+        return cls(**{**same, "window": Window(icfg.window_start, icfg.window_end),
+                      "columns": tuple(icfg.columns or ()), "quoted": icfg.quoting == "csv",
+                      "date_year": icfg.file_date_year() if icfg.date_from else None})
+
 
 def table_spec(opts: ReaderOptions) -> TableSpec:
     """The delimited layout and timestamp rules of a telecom or check-in source."""
-    base = telecom.SPEC if opts.source == "telecom" else checkins.spec()
+    base = SOURCES[opts.source].spec or checkins.spec()
     return dataclasses.replace(
         base, sep=opts.sep, header=opts.header, columns=tuple(opts.columns),
         encoding=opts.encoding, quoted=opts.quoted, ts_unit=opts.ts_unit, ts_format=opts.ts_format,
@@ -80,11 +91,12 @@ def parse_file(
                 f"{path}: not a whole gzip file ({exc}): it was cut short or is corrupt, so "
                 "its records cannot all be read; copy or export it again"
             ) from None
-    if opts.source == "plt":
+    reader = SOURCES[opts.source].reader
+    if reader == "plt":
         return plt.parse_plt(content, path, opts.window)
     if npy.is_npy(path):
         return npy.parse_npy(content, path, npy.array_spec(table_spec(opts)), opts.window)
-    if opts.source in ("checkins", "telecom"):
+    if reader == "delimited":
         spec = table_spec(opts)
         if opts.date_from:
             spec = dataclasses.replace(spec, day=file_date(path, opts.date_from,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.config import Config, IngestConfig
+from jobs.config import Config
 from jobs.ingest.locmap import Grid, Locations, LocationSet, km_grid, load_locations
 from jobs.ingest.readers import npy, slots48, telecom
-from jobs.ingest.readers.common import Window
 from jobs.ingest.readers.delimited import file_date, resolve_header
 from jobs.ingest.readers.pipeline import ReaderOptions
+from jobs.ingest.readers.sources import PARQUET_SOURCES, SOURCES
 from udfs.errors import InputDataError
 
 
@@ -36,29 +36,7 @@ class InputPlan:
     where: str = ""
 
 
-def reader_options(icfg: IngestConfig) -> ReaderOptions:
-    return ReaderOptions(
-        source=icfg.source,
-        window=Window(icfg.window_start, icfg.window_end),
-        ts_unit=icfg.ts_unit,
-        ts_format=icfg.ts_format,
-        time_origin=icfg.time_origin,
-        max_distance_km=icfg.max_distance_km,
-        max_len=icfg.max_len,
-        gap_hours=icfg.gap_hours,
-        order=icfg.order,
-        segment=icfg.segment,
-        min_len=icfg.min_len,
-        utc_offsets=icfg.utc_offsets,
-        sep=icfg.sep,
-        header=icfg.header,
-        columns=tuple(icfg.columns or ()),
-        encoding=icfg.encoding,
-        quoted=icfg.quoting == "csv",
-        date_from=icfg.date_from,
-        date_format=icfg.date_format,
-        date_year=icfg.file_date_year() if icfg.date_from else None,
-    )
+reader_options = ReaderOptions.from_config
 
 
 def input_paths(cfg: Config) -> tuple[Path, Path | None]:
@@ -67,7 +45,7 @@ def input_paths(cfg: Config) -> tuple[Path, Path | None]:
     landing = cfg.storage.landing / cfg.dataset
     path = icfg.path if icfg.path is not None else None
     locs = icfg.locations_path
-    if icfg.source == "telecom":
+    if SOURCES[icfg.source].lands:
         path = path or landing / "records"
         if locs is None and icfg.grid_km is None and (landing / "stations.csv").is_file():
             locs = landing / "stations.csv"
@@ -103,20 +81,15 @@ def _list_files(path: Path, suffixes: tuple[str, ...], include: list[str] | None
 def plan_inputs(cfg: Config) -> InputPlan:
     """Resolve and check the inputs in the driver (InputDataError with file and reason)."""
     icfg = cfg.ingest
+    source = SOURCES[icfg.source]
     path, locs = input_paths(cfg)
     opts = reader_options(icfg)
-    if icfg.source == "slots48":
+    if source.reader == "slots48":
         data, _ = slots48.resolve(path)
         return InputPlan("slots48", [str(data)], opts=opts, where=str(path))
-    if icfg.source == "plt":
-        files = _list_files(path, (".plt", ".plt.gz"), icfg.include, icfg.exclude)
-        want = "*.plt files"
-    else:
-        files = _list_files(path, (".csv", ".csv.gz", ".txt", ".parquet", npy.SUFFIX),
-                            icfg.include, icfg.exclude)
-        want = "*.csv, *.parquet or *.npy files"
+    files = _list_files(path, source.suffixes, icfg.include, icfg.exclude)
     if not files:
-        raise InputDataError(f"input path {path} holds no {want}")
+        raise InputDataError(f"input path {path} holds no {source.want}")
     if all(f.stat().st_size == 0 for f in files):
         raise InputDataError(f"input {path} is empty: {len(files)} file(s), all of 0 bytes")
     files = [f for f in files if f.stat().st_size > 0]
@@ -124,9 +97,9 @@ def plan_inputs(cfg: Config) -> InputPlan:
         locations: Locations | None = load_locations(locs, icfg.locations_format)
     elif icfg.grid_km is not None:  # a public grid over the configured (public) box
         locations = km_grid(icfg.grid_km, icfg.grid_bbox)
-    elif icfg.source == "plt":
+    elif source.locations == "grid":
         locations = Grid(icfg.grid_deg, icfg.grid_bbox)
-    elif icfg.source == "checkins":
+    elif source.locations == "records":
         locations = None
     else:
         raise InputDataError(
@@ -136,8 +109,9 @@ def plan_inputs(cfg: Config) -> InputPlan:
         )
     _check_arrays(files, locations, opts, path)
     parquet = [f for f in files if f.name.lower().endswith(".parquet")]
-    if parquet and icfg.source != "telecom":
-        raise InputDataError(f"{parquet[0]}: Parquet input is read for source telecom only")
+    if parquet and not source.parquet:
+        raise InputDataError(f"{parquet[0]}: Parquet input is read for source "
+                             f"{', '.join(PARQUET_SOURCES)} only")
     if parquet and icfg.date_from:
         raise InputDataError(f"{parquet[0]}: ingest.date_from dates clock times of text files; "
                              "Parquet timestamps carry their date (unset date_from)")
@@ -167,7 +141,7 @@ def plan_inputs(cfg: Config) -> InputPlan:
         opts=opts,
         where=str(path),
     )
-    if plan.kind == "text" and icfg.source != "plt" and not npy.is_npy(files[0]):
+    if plan.kind == "text" and source.spec is not None and not npy.is_npy(files[0]):
         from jobs.ingest.readers.pipeline import table_spec
 
         spec = table_spec(opts)

@@ -55,7 +55,3 @@ def parse_plt(content: bytes, path: str, window: Window) -> pd.DataFrame:
         lon=lon,
         reason=reason,
     )
-
-
-def is_plt(path: str) -> bool:
-    return path.lower().endswith(".plt")
