@@ -346,6 +346,14 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
         x &= prev  # S0
         pc = np.bitwise_count(x)
         tot = pc.sum(axis=1, dtype=np.int64)
+        # S0 empty and base all of P: the target level is one sector (prev's; none: all of P),
+        # whose size and k-th id are look-ups (:func:`_one_sector_stage`: the same proposals
+        # and draws), so no level-1 bitset is copied and counted for those rows
+        lookup = (tot == 0) & ~exact
+        if lookup.any() and sector_order(space, g) is not None:
+            pending_all.append(_one_sector_stage(space, true, c, st, d, g, sel[lookup], out,
+                                                 tries))
+            tot[lookup] = -1  # handled: never proposed from below
         lv1 = np.flatnonzero((tot == 0) & hp)
         if lv1.size:
             x[lv1] = prev[lv1]
@@ -358,7 +366,7 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
             tot[lv2] = pc[lv2].sum(axis=1, dtype=np.int64)
         # per-row running popcounts (a row holds at most |P| bits: exact in int16 below 2^15)
         rowcum = np.cumsum(pc, axis=1, dtype=np.int16 if space.n < 1 << 15 else np.int32)
-        idx = np.arange(sel.size)  # positions into the chunk
+        idx = np.flatnonzero(tot >= 0)  # positions into the chunk
         for t in range(tries):
             if idx.size == 0:
                 break
