@@ -21,13 +21,19 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import write_result  # noqa: E402
 from models.audit import (  # noqa: E402
     ALPHA,
+    COLUMNS,
     check_pgpp_equivalence,
     failures,
     markdown,
+    method_note,
     rows,
     run_table,
+    table_rows,
 )
 
 OUT = Path(__file__).resolve().parent / "out" / "audit_privacy.md"
@@ -58,6 +64,10 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(md)
     print(md)
+    if not args.only:  # a partial table is for debugging, not for the page
+        write_result("audit_privacy", "Empirical privacy audit: lower confidence bounds on the "
+                     "privacy loss of every mechanism", COLUMNS, table_rows(table),
+                     notes=method_note(table, args.samples, seconds, args.alpha, args.seed))
     bad, weak = failures(table)
     for r in bad:
         print(f"AUDIT FAILED: {r.mechanism} at eps {r.eps}: bound {r.bound.value:.3f}",

@@ -1,7 +1,12 @@
 """Write one bench table to `bench/results/<name>.json` for the benchmarks page.
 
 `docs/render_benchmarks.py` renders every such file; this module fills in what makes a figure
-checkable (the command, date, machine and commit that produced it) so no bench states it by hand.
+checkable (the command, date, machine, load average and commit that produced it) so no bench
+states it by hand.
+
+`NOT_RUN` names the benches that print figures but have no table yet, each with the reason (too
+expensive for the machine the project is developed on); the page lists them, and
+tests/bench/test_coverage.py fails for a bench that has neither a table nor an entry there.
 """
 
 from __future__ import annotations
@@ -56,6 +61,16 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}")
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages beside the core count: how busy the machine was
+    while the figures were taken (CPU and wall times on a shared machine depend on it)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f} on {os.cpu_count()} cores"
+
+
 def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     return done.stdout.strip() if done.returncode == 0 else ""
@@ -75,7 +90,7 @@ def write_result(name: str, title: str, columns: list[str], rows: list[list[obje
         raise ValueError(f"{name}: every row needs {len(columns)} cells ({columns})")
     result = {"title": title, "command": command(),
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "machine": machine(), "commit": commit(),
+              "machine": machine(), "load": load_average(), "commit": commit(),
               "columns": list(columns), "rows": [list(row) for row in rows]}
     if notes:
         result["notes"] = notes
@@ -84,3 +99,15 @@ def write_result(name: str, title: str, columns: list[str], rows: list[list[obje
         json.dump(result, fh, indent=2, default=str)
         fh.write("\n")
     return path
+
+
+#: bench script -> why it has no table in bench/results yet (the page lists these).
+NOT_RUN: dict[str, str] = {}
+
+
+def bench_of(result: dict) -> str | None:
+    """The bench script (`bench/x.py`) a result's command ran, or None."""
+    for word in shlex.split(result.get("command", "")):
+        if word.startswith("bench/") and word.endswith(".py"):
+            return word
+    return None

@@ -617,27 +617,38 @@ def rows() -> list[Row]:
     return out
 
 
-def markdown(table: list[Row], n: int, seconds: float, alpha: float, seed: int) -> str:
-    n_rows = sum(not r.broken for r in table)
-    lines = [
-        "| mechanism | epsilon claimed | empirical lower bound (95%) | samples per input "
-        "| event | neighbouring inputs | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
+COLUMNS = ["mechanism", "epsilon claimed", "empirical lower bound (95%)", "samples per input",
+           "event", "neighbouring inputs", "verdict"]
+
+
+def table_rows(table: list[Row]) -> list[list[str]]:
+    """One row of COLUMNS per audited row (the markdown table and the benchmarks page)."""
+    out = []
     for r in table:
         b = r.bound
         verdict = ("FAIL (expected: broken)" if r.broken and r.failed else
                    "PASS (NO POWER: broken row passed)" if r.broken else
                    "FAIL" if r.failed else "pass")
         claim = f"{r.eps:.4g}" + (f" (delta {r.delta:g})" if r.delta else "")
-        lines.append(f"| {r.mechanism} | {claim} | {b.value:.3f} | {b.n:,} | {b.event} "
-                     f"({b.direction}) | {r.inputs} | {verdict} |")
+        out.append([r.mechanism, claim, f"{b.value:.3f}", f"{b.n:,}",
+                    f"{b.event} ({b.direction})", r.inputs, verdict])
+    return out
+
+
+def method_note(table: list[Row], n: int, seconds: float, alpha: float, seed: int) -> str:
+    n_rows = sum(not r.broken for r in table)
+    return (f"Held-out selection split (first half selects the event, second half bounds "
+            f"it); one-sided Clopper-Pearson at alpha_row/4 per probability and direction; "
+            f"alpha_row = {alpha:g} / {n_rows} correct rows (family-wise 95%: all correct "
+            f"rows hold at once with probability >= {1 - alpha:g}); seed {seed}; {n:,} draws "
+            f"per input (half select, half bound); total {seconds:.0f} s.")
+
+
+def markdown(table: list[Row], n: int, seconds: float, alpha: float, seed: int) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(table)]
     lines.append("")
-    lines.append(f"Held-out selection split (first half selects the event, second half bounds "
-                 f"it); one-sided Clopper-Pearson at alpha_row/4 per probability and direction; "
-                 f"alpha_row = {alpha:g} / {n_rows} correct rows (family-wise 95%: all correct "
-                 f"rows hold at once with probability >= {1 - alpha:g}); seed {seed}; {n:,} draws "
-                 f"per input (half select, half bound); total {seconds:.0f} s.")
+    lines.append(method_note(table, n, seconds, alpha, seed))
     return "\n".join(lines) + "\n"
 
 
