@@ -77,9 +77,11 @@ def _git(*args: str) -> str:
 
 
 def commit() -> str:
-    """Short HEAD, with `+dirty` when tracked files have uncommitted changes."""
+    """Short HEAD, with `+dirty` when tracked files other than the results themselves have
+    uncommitted changes (a bench rewriting a committed table does not change the code it ran)."""
     head = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)bench/results")
     return head + ("+dirty" if dirty else "")
 
 
