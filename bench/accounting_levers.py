@@ -19,11 +19,16 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 import time
+from pathlib import Path
 
 import dp_accounting as dpa
 
-from models.accounting import PrivacyAccountant
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import write_result  # noqa: E402
+from models.accounting import PrivacyAccountant  # noqa: E402
 
 B, DELTA = 64 * 47, 1e-5
 SIZES = {"Geolife": (83, 50), "Telecom": (9207, 10)}
@@ -64,33 +69,46 @@ def main() -> None:
     logging.getLogger("absl").setLevel(logging.ERROR)
     t0 = time.time()
     m = args.method
-    print(f"accountant {m}, delta {DELTA:g}, B = {B} pairs a round, reward releases only\n")
-    print("1a. epsilon at equal per-pair noise sd")
-    print(f"{'data':8s} {'N':>6s} {'rounds':>6s} {'sd':>6s} {'Laplace':>10s} {'Gaussian':>10s}"
-          f" {'ratio L/G':>9s}")
+    where = f"accountant {m}, delta {DELTA:g}, B = {B} pairs a round, reward releases only"
+    print(where + "\n")
+    equal = []
     for name, (n, r) in SIZES.items():
         for sd in (float(x) for x in args.sds.split(",")):
             el, eg = eps_laplace(sd, n, r, m), eps_gaussian(sd, n, r, m)
-            print(f"{name:8s} {n:6d} {r:6d} {sd:6g} {el:10.4g} {eg:10.4g} {el / eg:9.3f}")
-    print("\n1b. per-pair noise sd to reach epsilon")
-    print(f"{'data':8s} {'epsilon':>7s} {'Laplace sd':>10s} {'(lambda)':>9s} {'Gaussian sd':>11s}"
-          f" {'ratio L/G':>9s}")
+            equal.append([name, n, r, sd, f"{el:.4g}", f"{eg:.4g}", f"{el / eg:.3f}"])
+    _table("accounting_levers_equal_sd", f"Accounting: epsilon at equal per-pair noise sd "
+           f"({where})", ["data", "N", "rounds", "sd", "Laplace", "Gaussian", "ratio L/G"], equal)
+    needed = []
     for name, (n, r) in SIZES.items():
         for e in (1.0, 4.0, 10.0):
             sl = sd_for(lambda sd, n=n, r=r: eps_laplace(sd, n, r, m), e)
             sg = sd_for(lambda sd, n=n, r=r: eps_gaussian(sd, n, r, m), e)
-            print(f"{name:8s} {e:7g} {sl:10.4g} {sl / math.sqrt(2):9.4g} {sg:11.4g}"
-                  f" {sl / sg:9.3f}")
-    print("\n2. Gaussian sd to reach epsilon with user sampling rate q (N = q * N_total a round)")
-    print(f"{'data':8s} {'q':>6s} {'epsilon':>7s} {'Poisson (amplified)':>19s}"
-          f" {'fixed q N (not)':>15s} {'ratio':>7s}")
+            needed.append([name, e, f"{sl:.4g}", f"{sl / math.sqrt(2):.4g}", f"{sg:.4g}",
+                           f"{sl / sg:.3f}"])
+    _table("accounting_levers_sd_for_epsilon", f"Accounting: per-pair noise sd to reach "
+           f"epsilon ({where})", ["data", "epsilon", "Laplace sd", "(lambda)", "Gaussian sd",
+                                  "ratio L/G"], needed)
+    sampled = []
     for name, (n, r) in SIZES.items():
         for q in (float(x) for x in args.qs.split(",")):
             for e in (1.0, 4.0, 10.0):
                 sp = sd_for(lambda sd, n=n, r=r, q=q: eps_gaussian(sd, q * n, r, m, q), e)
                 sf = sd_for(lambda sd, n=n, r=r, q=q: eps_gaussian(sd, q * n, r, m), e)
-                print(f"{name:8s} {q:6g} {e:7g} {sp:19.4g} {sf:15.4g} {sf / sp:7.2f}")
+                sampled.append([name, q, e, f"{sp:.4g}", f"{sf:.4g}", f"{sf / sp:.2f}"])
+    _table("accounting_levers_sampling", "Accounting: Gaussian sd to reach epsilon with user "
+           f"sampling rate q (N = q * N_total a round; {where})",
+           ["data", "q", "epsilon", "Poisson (amplified)", "fixed q N (not)", "ratio"], sampled)
     print(f"\n{time.time() - t0:.0f} s")
+
+
+def _table(name: str, title: str, columns: list[str], rows: list[list]) -> None:
+    """Print one table and write it for the benchmarks page."""
+    print(f"\n{title}\n" + " | ".join(columns))
+    for row in rows:
+        print(" | ".join(str(v) for v in row))
+    write_result(name, title, columns, rows,
+                 notes="Sizes: Geolife N = 83 users and 50 rounds; Telecom N = 9,207 users and "
+                       "10 rounds.")
 
 
 if __name__ == "__main__":

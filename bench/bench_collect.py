@@ -15,7 +15,7 @@ Prints wall time of the whole stage, points per second, and the split: planning,
 release (perturbation + Arrow + writes), of which the kernel's own CPU time (summed over tasks)
 and the mechanism alone (measured on a sample of users on the driver, one core: batched in one
 call as `collect` runs it, and once per user as before batching); metrics. Target: one ATP
-release of the whole Telecom-scale set (1.1 M trajectories) under 60 s on local[2].
+release of the whole Telecom-scale set (1.1 M trajectories) under 30 s on local[2] (issue 54).
 """
 
 from __future__ import annotations
@@ -240,16 +240,21 @@ def main() -> int:
           f"release (Arrow batches, serialisation, grouping shuffle, writes) ~"
           f"{max(0.0, release_s - mech_s):.1f} s")
     print(f"load average (1 min) before {load_before:.1f}, after {os.getloadavg()[0]:.1f}")
-    print(f"target < 60 s: {'met' if wall < 60 else 'NOT met'}")
+    print(f"target < 30 s: {'met' if wall < 30 else 'NOT met'}")
     write_result("collect", f"Collection of {cfg.dataset}: {points:,} points of "
                  f"{figures.get('trajectories_released', 0):,} trajectories",
                  ["wall s", "points/s", "plan s", "ledger s", "release s", "metrics s",
-                  "release kernel CPU s", "mechanism alone points/s/core"],
+                  "release kernel CPU s", "in-Spark kernel points/CPU s",
+                  "mechanism alone points/s/core", "in Spark / alone"],
                  [[f"{wall:.1f}", f"{points / wall:.0f}"]
                   + [f"{figures.get(k, 0):.1f}" for k in ("plan_s", "ledger_s", "release_s",
                                                           "metrics_s", "kernel_cpu_s")]
-                  + [f"{rate:.0f}"]],
-                 notes=f"Input: {source}. Target: under 60 s end to end.")
+                  + ([f"{points / kernel_cpu:.0f}", f"{rate:.0f}",
+                      f"{points / kernel_cpu / rate:.2f}"] if kernel_cpu else
+                     ["", f"{rate:.0f}", ""])],
+                 notes=f"Input: {source}. Targets (issue 54): the whole release under 30 s "
+                       "end to end on local[2], the kernel inside Spark at 0.85 or more of its "
+                       "rate alone. Wall times on a shared machine: see the load average.")
     spark.stop()
     return 0
 

@@ -23,6 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import write_result  # noqa: E402
+
 LAT, LON = (30.7, 31.6), (120.9, 121.95)
 
 
@@ -109,6 +113,15 @@ def main() -> None:
                 eval_s.append(round(time.perf_counter() - t1, 1))
         finally:
             spark.stop()
+    write_result("evaluate_geo", f"Geo-mode evaluation on local[2]: {args.users:,} users x "
+                 f"{args.days} days, {int(real.shape[0]):,} user-days per table",
+                 ["run", "evaluate wall s", "target s"],
+                 [[i + 1, f"{s:.1f}", 300] for i, s in enumerate(eval_s)],
+                 notes="Wall seconds of evaluate's path (`summarize_days_pandas` on the real "
+                       "and the perturbed table, `compare_summaries` on the driver; Parquet "
+                       "read included, generation and writing excluded); run 1 is cold (JVM "
+                       f"and Python workers). {args.locations:,} random locations in the "
+                       "Shanghai box.")
     print(
         json.dumps(
             {

@@ -24,15 +24,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from models.config import TrainConfig
-from models.critics import SingleCritic, critic_losses, critic_step, local_moments, sample_batches
-from models.data import SHANGHAI_BOX, home_work_population
-from models.ppo import rollout
-from models.train import _Run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import write_result  # noqa: E402
+from models.config import TrainConfig  # noqa: E402
+from models.critics import (  # noqa: E402
+    SingleCritic,
+    critic_losses,
+    critic_step,
+    local_moments,
+    sample_batches,
+)
+from models.data import SHANGHAI_BOX, home_work_population  # noqa: E402
+from models.ppo import rollout  # noqa: E402
+from models.train import _Run  # noqa: E402
 
 
 class Clock:
@@ -130,6 +141,7 @@ def main() -> None:
                     help="the loop's Adam as torch's fused kernel (default: torch.optim.Adam's "
                          "default, what a per-user loop naturally uses)")
     args = ap.parse_args()
+    table = []
     for n in [int(x) for x in args.users.split(",")]:
         torch.set_num_threads(1)
         run = _Run(TrainConfig(seed=0), home_work_population(n, 3000, 3, box=SHANGHAI_BOX))
@@ -185,6 +197,18 @@ def main() -> None:
                   f"  speedup {l_wall / b_wall:.1f}x wall"
                   + (f", {l_cpu / b_cpu:.1f}x CPU time" if threads == 1 else "") + floor,
                   flush=True)
+            table.append([n, threads, f"{min(secs):.2f}", f"{b_wall:.2f}",
+                          f"{b_cpu:.2f}" if threads == 1 else "", f"{l_wall:.2f}",
+                          f"{l_cpu:.2f}" if threads == 1 else "", f"{l_wall / b_wall:.1f}x",
+                          "" if m == n else f"{m} users x{scale:.1f}"])
+    write_result("train_round", "Training: seconds per round, batched critics against a "
+                 "per-user loop", ["users", "threads", "round s (best)", "critic phase batched "
+                 "wall s", "batched CPU s", "per-user loop wall s", "loop CPU s", "speed-up "
+                 "(wall)", "loop timed on"], table,
+                 notes=f"Best of {args.rounds} rounds and of {args.repeat} alternating critic "
+                       "phases each; synthetic Shanghai-like users (models.data."
+                       "home_work_population). The loop is timed on the users shown and scaled "
+                       "linearly.")
 
 
 if __name__ == "__main__":

@@ -11,14 +11,18 @@ PVLDB 2021).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from jobs.ingest.local import paper_dataset
-from udfs import metrics
-from udfs.collect import as_generator, make_mechanism, perturb
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import write_result  # noqa: E402
+from jobs.ingest.local import paper_dataset  # noqa: E402
+from udfs import metrics  # noqa: E402
+from udfs.collect import as_generator, make_mechanism, perturb  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "out"
@@ -36,6 +40,16 @@ METHODS = {"ATP": ("atp", {}), "TP": ("tp", {}), "EXP": ("exp", {}), "UNIFORM": 
            # to P; "raw" = TraCS's continuous output before snapping (error to the true point)
            "NGRAM": ("ngram", {}), "TRACS-D": ("tracs_d", {}), "TRACS-C": ("tracs_c", {}),
            "TRACS-D raw": ("tracs_d", {"raw": True}), "TRACS-C raw": ("tracs_c", {"raw": True})}
+
+
+# The paper's own NE of each (dataset, mechanism, epsilon), for the column beside ours. Its
+# figures are plots only, and the copy of the paper in ../shared/papers ends before the
+# experiments section, so no figure can be read from it: the column says so instead of
+# guessing. Fill in {("chi", "ATP", 4): 0.123, ...} from the published figures when a copy with
+# them is at hand, and say in PAPER_SOURCE which figure each number was read from.
+PAPER_NE: dict[tuple[str, str, int], float] = {}
+PAPER_SOURCE = ("not available: the shared copy of Zhang et al. (PVLDB 2023) stops before its "
+                "experiments section, whose NE figures are plots")
 
 
 def raw_point_errors(trajs, space, eps, mech, seed) -> tuple[float, np.ndarray]:
@@ -91,6 +105,31 @@ def _markdown(mean: pd.DataFrame, sd: pd.DataFrame) -> str:
     return "\n".join([head, sep, *body])
 
 
+def publish(name: str, space, trajs, mean: pd.DataFrame, sd: pd.DataFrame, args,
+            methods) -> None:
+    """One table per dataset for the benchmarks page: every (method, epsilon) row with NE and
+    PRQ as mean ± sd over the reps, the paper's NE beside ours."""
+    order = [m for m in METHODS if not methods or m in methods]
+    metrics_ = list(mean.columns)
+    rows = []
+    for method in order:
+        for eps in EPS:
+            if (method, eps) not in mean.index:
+                continue
+            m, d = mean.loc[(method, eps)], sd.loc[(method, eps)].fillna(0.0)
+            paper = PAPER_NE.get((name, method, eps))
+            rows.append([method, eps, f"{m['NE']:.4f} ± {d['NE']:.4f}",
+                         "-" if paper is None else f"{paper:.4f}",
+                         *(f"{m[c]:.4f} ± {d[c]:.4f}" for c in metrics_ if c != "NE")])
+    write_result(f"ldp_{name}", f"LDP utility on {name.upper()}: |P| = {space.n}, "
+                 f"{len(trajs):,} trajectories, mean ± sd of {args.reps} reps",
+                 ["method", "epsilon", "NE", "paper NE", *(c for c in metrics_ if c != "NE")],
+                 rows, notes=f"Paper NE: {PAPER_SOURCE}. NE = mean point error / diameter of "
+                             f"P ({space.diameter:.2f} km); PRQ@d = share of points within d "
+                             "km of the truth. ATP and TP join their copies with the default "
+                             "`medoid` combiner; `-paper` rows use the paper's Eq. 7.")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
@@ -115,6 +154,7 @@ def main():
             spread = sd[metric].unstack("eps").reindex(order).fillna(0.0)
             md.append(f"### {metric} (mean ± sd of {args.reps} reps)\n")
             md.append(_markdown(tab, spread) + "\n")
+        publish(name, space, trajs, mean, sd, args, methods)
     (OUT / "ldp_tables.md").write_text("\n".join(md))
     print("\n".join(md))
     import matplotlib

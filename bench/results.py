@@ -1,7 +1,12 @@
 """Write one bench table to `bench/results/<name>.json` for the benchmarks page.
 
 `docs/render_benchmarks.py` renders every such file; this module fills in what makes a figure
-checkable (the command, date, machine and commit that produced it) so no bench states it by hand.
+checkable (the command, date, machine, load average and commit that produced it) so no bench
+states it by hand.
+
+`NOT_RUN` names the benches that print figures but have no table yet, each with the reason (too
+expensive for the machine the project is developed on); the page lists them, and
+tests/bench/test_coverage.py fails for a bench that has neither a table nor an entry there.
 """
 
 from __future__ import annotations
@@ -56,15 +61,27 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}")
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages beside the core count: how busy the machine was
+    while the figures were taken (CPU and wall times on a shared machine depend on it)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f} on {os.cpu_count()} cores"
+
+
 def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def commit() -> str:
-    """Short HEAD, with `+dirty` when tracked files have uncommitted changes."""
+    """Short HEAD, with `+dirty` when tracked files other than the results themselves have
+    uncommitted changes (a bench rewriting a committed table does not change the code it ran)."""
     head = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)bench/results")
     return head + ("+dirty" if dirty else "")
 
 
@@ -75,7 +92,7 @@ def write_result(name: str, title: str, columns: list[str], rows: list[list[obje
         raise ValueError(f"{name}: every row needs {len(columns)} cells ({columns})")
     result = {"title": title, "command": command(),
               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "machine": machine(), "commit": commit(),
+              "machine": machine(), "load": load_average(), "commit": commit(),
               "columns": list(columns), "rows": [list(row) for row in rows]}
     if notes:
         result["notes"] = notes
@@ -84,3 +101,31 @@ def write_result(name: str, title: str, columns: list[str], rows: list[list[obje
         json.dump(result, fh, indent=2, default=str)
         fh.write("\n")
     return path
+
+
+#: bench script (or a script and the arguments of a table it has not written) -> why there is
+#: no table in bench/results yet (the page lists these).
+NOT_RUN: dict[str, str] = {
+    "bench/bench_datagen.py": "full Telecom scale (9,481 users x 182 days, then ingest) on "
+    "local[2] takes about 15 minutes of a quiet machine; not run on the shared 2-core machine",
+    "bench/bench_collect.py": "the full Telecom-scale release (9,481 phones, 182 days, about "
+    "1.1 M trajectories) on local[2], data generation included, would have run past the "
+    "session's end on the shared 2-core machine (load average 8-10, nice 19); not run",
+    "bench/bench_evaluate_stage.py": "needs a data root where datagen, ingest and collect ran "
+    "at Telecom scale (tens of minutes of Spark on two cores); not run on the shared machine",
+    "bench/reproduce_pategail.py": "18 training runs of 50 rounds (3 seeds x 3 settings x 2 "
+    "schemes), well over ten CPU-minutes; not run on the shared 2-core machine",
+    "bench/reproduce_axes.py": "8 configurations x 3 seeds of PateGAIL++ training, 10-20 "
+    "minutes of one quiet core; not run on the shared 2-core machine",
+    "bench/reproduce_attacks.py --skip chi": "the Geolife membership table (and the PateGAIL++ "
+    "paper's white-box figures beside it) trains 4 targets and 4 shadow models each; not run "
+    "on the shared 2-core machine",
+}
+
+
+def bench_of(result: dict) -> str | None:
+    """The bench script (`bench/x.py`) a result's command ran, or None."""
+    for word in shlex.split(result.get("command", "")):
+        if word.startswith("bench/") and word.endswith(".py"):
+            return word
+    return None

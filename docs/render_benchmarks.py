@@ -26,6 +26,7 @@ def table(result: dict) -> str:
              f"- command: `{result['command']}`",
              f"- date: {result['date']}",
              f"- machine: {result['machine']}",
+             f"- load average (1 / 5 / 15 min): {result.get('load', 'not recorded')}",
              f"- commit: `{result['commit']}`\n"]
     if result.get("notes"):
         lines.append(result["notes"] + "\n")
@@ -47,7 +48,26 @@ def page(results_dir: Path = RESULTS) -> str:
         parts.append("No bench has written results in this checkout yet.\n")
     for path in files:
         parts.append(table(json.loads(path.read_text())))
+    pending = not_run()
+    if pending:
+        parts.append("## Benches without a table yet\n")
+        parts.append("These benches print figures but have not written a table in this "
+                     "checkout; each says why.\n")
+        parts += [f"- `{bench}`: {why}" for bench, why in sorted(pending.items())]
+        parts.append("")
     return "\n".join(parts)
+
+
+def not_run() -> dict[str, str]:
+    """`bench.results.NOT_RUN`, read without importing the bench package (the docs build
+    imports this module on its own)."""
+    import ast
+
+    src = (RESULTS.parent / "results.py").read_text()
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "NOT_RUN":
+            return ast.literal_eval(node.value)
+    return {}
 
 
 if __name__ == "__main__":

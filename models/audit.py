@@ -617,30 +617,6 @@ def rows() -> list[Row]:
     return out
 
 
-def markdown(table: list[Row], n: int, seconds: float, alpha: float, seed: int) -> str:
-    n_rows = sum(not r.broken for r in table)
-    lines = [
-        "| mechanism | epsilon claimed | empirical lower bound (95%) | samples per input "
-        "| event | neighbouring inputs | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in table:
-        b = r.bound
-        verdict = ("FAIL (expected: broken)" if r.broken and r.failed else
-                   "PASS (NO POWER: broken row passed)" if r.broken else
-                   "FAIL" if r.failed else "pass")
-        claim = f"{r.eps:.4g}" + (f" (delta {r.delta:g})" if r.delta else "")
-        lines.append(f"| {r.mechanism} | {claim} | {b.value:.3f} | {b.n:,} | {b.event} "
-                     f"({b.direction}) | {r.inputs} | {verdict} |")
-    lines.append("")
-    lines.append(f"Held-out selection split (first half selects the event, second half bounds "
-                 f"it); one-sided Clopper-Pearson at alpha_row/4 per probability and direction; "
-                 f"alpha_row = {alpha:g} / {n_rows} correct rows (family-wise 95%: all correct "
-                 f"rows hold at once with probability >= {1 - alpha:g}); seed {seed}; {n:,} draws "
-                 f"per input (half select, half bound); total {seconds:.0f} s.")
-    return "\n".join(lines) + "\n"
-
-
 def run_table(table: list[Row], samples: int, seed: int, alpha: float = ALPHA,
               progress: Callable[[str], None] | None = None) -> None:
     """Run every row of `table` in place (`row.bound`, `row.seconds`) with `samples` draws per
