@@ -45,10 +45,12 @@ from jobs.config.synthesis import (
     SynthesizeConfig,
     TrainConfig,
 )
+from udfs.errors import ConfigError  # what every config check raises (`except c.ConfigError`)
 
 __all__ = [
-    "HOME_ENV", "STAGES", "CatalogConfig", "CollectConfig", "Config", "DatagenConfig",
-    "EvaluateConfig", "IngestConfig", "Markov2Settings", "MarkovSettings", "Mechanism", "PrivacyConfig",
+    "HOME_ENV", "STAGES", "CatalogConfig", "CollectConfig", "Config", "ConfigError",
+    "DatagenConfig", "EvaluateConfig", "IngestConfig", "Markov2Settings", "MarkovSettings",
+    "Mechanism", "PrivacyConfig",
     "PublishConfig", "PublishedMechanism", "ReportConfig", "ServeConfig", "SparkConfig",
     "StorageConfig", "StudyConfig", "SynthesizeConfig", "TrainConfig", "config_from_mapping",
     "format_holds_year", "load_config", "packaged_config", "parse_override", "resolve_root",
