@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.accounting import PrivacyAccountant
-from models.config import MarkovSettings
+from models.config import MECHANISMS, MarkovSettings
 from models.markov import (
     MOVE,
     SHARES,
@@ -69,30 +69,26 @@ from udfs.errors import InvalidParameterError
 
 SECOND = "second"  # the release's name in the plan
 SENSITIVITY2 = (2.0, math.sqrt(2.0))  # L1, L2 of one user's normalised second-order counts
-# the first-order settings' defaults have one home: `models.config.MarkovSettings`, and the
-# accountant's `markov.fit_markov`'s keyword
-_FIRST = MarkovSettings()
+# the accountant's default has one home: `markov.fit_markov`'s keyword
 _ACCOUNTANT = inspect.signature(fit_markov).parameters["accountant"].default
 
 
 @dataclass(frozen=True)
 class Markov2Settings:
-    """The release's settings: those of `models.markov` (noise, accountant, move-cell depth,
-    soft threshold `tau` in noise sds, action-table pooling), the second-order release's budget
-    share and the row threshold (in sds of a row's noisy total). Utility choices only."""
+    """The release's settings: the first-order release's (`models.config.MarkovSettings`:
+    noise, move-cell depth, soft threshold `tau` in noise sds, action-table pooling), the
+    accountant, the second-order release's budget share and the row threshold (in sds of a
+    row's noisy total). Utility choices only."""
 
-    mechanism: str = _FIRST.mechanism
+    first: MarkovSettings = MarkovSettings()
     accountant: str = _ACCOUNTANT
-    cell_depth: int = _FIRST.cell_depth
-    tau: float = _FIRST.tau
-    smooth: int = _FIRST.smooth
     second_share: float = 0.2
     threshold: float = 3.0
 
     def __post_init__(self) -> None:
-        if self.mechanism not in ("gaussian", "laplace"):
-            raise InvalidParameterError(f"mechanism must be 'gaussian' or 'laplace'; got "
-                                        f"{self.mechanism}")
+        if self.first.mechanism not in MECHANISMS:
+            raise InvalidParameterError(f"mechanism must be one of {MECHANISMS}; got "
+                                        f"{self.first.mechanism}")
         if not 0 < self.second_share < 1 or not self.threshold >= 0:
             raise InvalidParameterError(f"need 0 < second_share < 1 and threshold >= 0; got "
                                         f"{self.second_share}, {self.threshold}")
@@ -191,7 +187,7 @@ def fit_markov2(days_per_user: list[np.ndarray], coords: np.ndarray, epsilon: fl
     """Release the model's statistics at (epsilon, delta) (see the module docstring)."""
     if not days_per_user:
         raise InvalidParameterError("no users")
-    cell_of = move_cells(coords, settings.cell_depth)
+    cell_of = move_cells(coords, settings.first.cell_depth)
     stats = user_stats2(days_per_user, cell_of, len(coords))
     return release_markov2(stats, coords, cell_of, epsilon, delta, seed, settings)
 
@@ -203,17 +199,17 @@ def release_markov2(stats: Stats2, coords: np.ndarray, cell_of: np.ndarray, epsi
     if not (0 < epsilon < math.inf and 0 < delta < 1):
         raise InvalidParameterError(f"need 0 < epsilon < inf and 0 < delta < 1; got {epsilon}, "
                                     f"{delta}")
-    s = settings
+    s, f = settings, settings.first
     levels = kd_levels(np.asarray(coords, dtype=np.float64))
-    plan = calibrate(s.mechanism, len(levels), epsilon, delta, s.accountant,
+    plan = calibrate(f.mechanism, len(levels), epsilon, delta, s.accountant,
                      shares=shares_of(s.second_share))
     acc = PrivacyAccountant(delta, epsilon, s.accountant)
     acc.spend(plan.events())  # checked before any noise is drawn
     noisy = perturb2(stats, plan, levels, np.random.default_rng(seed))
     second, sd = noisy.pop(SECOND)
-    first = _model_of(noisy, levels, cell_of, s.tau, s.smooth, {})
-    trans2, used = second_rows(second, sd, first.cell_trans, s.threshold, s.tau)
-    summary = {**acc.summary(), "mechanism": s.mechanism, "scale": plan.scale,
+    first = _model_of(noisy, levels, cell_of, f.tau, f.smooth, {})
+    trans2, used = second_rows(second, sd, first.cell_trans, s.threshold, f.tau)
+    summary = {**acc.summary(), "mechanism": f.mechanism, "scale": plan.scale,
                "second_share": s.second_share, "second_rows_used": int(used.sum())}
     tables = {f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
     return Markov2Model(**{**tables, "accountant": summary}, cell_trans2=trans2, second_used=used)

@@ -34,8 +34,8 @@ class Markov2Method(MarkovMethod):
         from models.markov2 import Markov2Settings, fit_markov2
 
         ms, m2 = cfg.train.markov, cfg.train.markov2
-        settings = Markov2Settings(ms.mechanism, cfg.train.accountant, ms.cell_depth, ms.tau,
-                                   ms.smooth, m2.second_share, m2.threshold)
+        settings = Markov2Settings(ms.core(), cfg.train.accountant, m2.second_share,
+                                   m2.threshold)
         model = fit_markov2(data.days_per_user, data.coords, epsilon, cfg.train.delta, seed,
                             settings)
         return FittedMarkov(model, None, float(model.epsilon))

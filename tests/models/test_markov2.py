@@ -14,6 +14,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy import stats
 
 from models import markov2
+from models.config import MarkovSettings
 from models.env import SLOTS
 from models.markov import SHARES, Plan, move_cells
 from models.markov2 import (
@@ -57,7 +58,7 @@ def test_the_plan_composes_to_the_target_under_dp_accounting(mechanism, w2):
     data = toy_data(n_users=12)
     eps = 4.0
     model = fit_markov2(data.days_per_user, data.coords, eps, 1e-5, 0,
-                        Markov2Settings(mechanism=mechanism, second_share=w2))
+                        Markov2Settings(MarkovSettings(mechanism=mechanism), second_share=w2))
     spent, s = model.accountant["epsilon"], model.accountant["scale"]
     assert eps * (1 - 0.011) <= spent <= eps  # the grid: multipliers < 1.1% low
     n_levels = len(kd_levels(data.coords))
@@ -184,7 +185,8 @@ def _share_of_c_after_a(days, places):
 
 def test_second_order_structure_is_reproduced_at_a_large_epsilon():
     users, coords, cell_of, places = _two_routes()
-    model = fit_markov2(users, coords, 1e4, 1e-5, 0, Markov2Settings(cell_depth=3, smooth=0))
+    settings = Markov2Settings(MarkovSettings(cell_depth=3, smooth=0))
+    model = fit_markov2(users, coords, 1e4, 1e-5, 0, settings)
     a, b, _, d, _ = places
     assert model.second_used[cell_of[a], cell_of[b]] and model.second_used[cell_of[d], cell_of[b]]
     share2, n2 = _share_of_c_after_a(model.sample(4000, np.random.default_rng(1)), places)
@@ -205,7 +207,7 @@ def test_tiny_epsilon_falls_back_to_first_order():
     used, identical = [], 0
     for seed in range(10):
         model = release_markov2(exact, coords, cell_of, 0.05, 1e-5, seed,
-                                Markov2Settings(cell_depth=3, smooth=0))
+                                Markov2Settings(MarkovSettings(cell_depth=3, smooth=0)))
         assert not model.second_used[cell_of[[a, d]], cell_of[b]].any()
         used.append(int(model.second_used.sum()))
         if not used[-1]:
@@ -219,7 +221,7 @@ def test_tiny_epsilon_falls_back_to_first_order():
 
 def test_bad_settings():
     with pytest.raises(InvalidParameterError, match="mechanism"):
-        Markov2Settings(mechanism="exponential")
+        Markov2Settings(MarkovSettings(mechanism="exponential"))
     with pytest.raises(InvalidParameterError, match="second_share"):
         Markov2Settings(second_share=1.0)
     data = toy_data()
