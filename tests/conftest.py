@@ -19,10 +19,31 @@ import pytest
 # JVM's defaults. spark-submit's launcher reads SPARK_SUBMIT_OPTS (prints nothing, unlike
 # JAVA_TOOL_OPTIONS, so the tests of one-line error output are unaffected); set it to override
 # (which also turns off the class archive below).
+# A C1-only JVM reserves only 48 MiB for compiled code (all tiers: 240 MiB). One that lives
+# long (a standalone worker's executor, an endpoint's server) can fill it, and then dies the
+# first time it needs a new adapter ("Out of space in CodeCache for adapters"); the full
+# reservation costs no memory until code is compiled into it.
 C1_ONLY = "-XX:TieredStopAtLevel=1"
-JVM_OPTS = f"{C1_ONLY} -XX:+UseSerialGC"
-_USER_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS")
-os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTS)
+JVM_OPTS = f"{C1_ONLY} -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
+# What the suite itself put into SPARK_SUBMIT_OPTS: xdist workers inherit the controlling
+# process's environment, so without this mark a worker would take the suite's own options for
+# a user's and keep its shared session C1-only.
+SUITE_JVM_OPTS = "TRAJPRIV_SUITE_JVM_OPTS"
+
+
+def user_jvm_opts(environ) -> str | None:
+    """SPARK_SUBMIT_OPTS as whoever runs the suite set it; None when unset or the suite's own."""
+    opts = environ.get("SPARK_SUBMIT_OPTS")
+    return None if opts is None or opts == environ.get(SUITE_JVM_OPTS) else opts
+
+
+def _set_suite_jvm_opts(opts: str) -> None:
+    os.environ["SPARK_SUBMIT_OPTS"] = os.environ[SUITE_JVM_OPTS] = opts
+
+
+_USER_JVM_OPTS = user_jvm_opts(os.environ)
+if _USER_JVM_OPTS is None and SUITE_JVM_OPTS not in os.environ:
+    _set_suite_jvm_opts(JVM_OPTS)
 
 
 _ARCHIVE_BUILD = pytest.StashKey[tuple[Path, subprocess.Popen]]()
@@ -45,7 +66,7 @@ def _use_jvm_archive(config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="trajpriv-jvm-"))
     proc, opts = jvm_archive.start(folder, JVM_OPTS)
     config.stash[_ARCHIVE_BUILD] = (folder, proc)
-    os.environ["SPARK_SUBMIT_OPTS"] = opts
+    _set_suite_jvm_opts(opts)
 
 
 def pytest_configure(config: pytest.Config) -> None:
