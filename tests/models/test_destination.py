@@ -19,7 +19,7 @@ from models.policy import (
     joint_log_prob,
     sample_destinations,
 )
-from models.ppo import PPOSettings, ppo_update, rollout
+from models.ppo import Experience, PPOSettings, ppo_update, rollout
 from models.synthesis import synthesize
 from models.train import fit
 from tests.models._toy import tiny_config, toy_data
@@ -179,7 +179,7 @@ def test_ppo_moves_destinations_toward_a_rewarded_band(destination):
         t = ro.traj
         band = env.distance_band(t.loc, t.targets)
         rewards = ((t.actions == EXPLORE) & (band >= far)).float()
-        ppo_update(pol, val, opt, ro, rewards, env, settings, g)
+        ppo_update(pol, val, opt, Experience(ro, rewards, env), settings, g)
     after = _far_mass(pol, env, probe, far)
     assert 0.2 < before < 0.8
     if destination == "learned":

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import models.train as train_mod
+import models.train_round as round_mod  # where the round scores the moments
 from models.config import TrainConfig
 from models.critics import BatchedCritics, real_pair_sample, real_reward_means
 from models.distributed import RankJob, check_summary
@@ -45,17 +46,17 @@ def test_gap_matches_a_direct_computation_from_the_critics():
     run = _Run(cfg, data)
     run.setup()
     seen: dict = {}
-    real_local_moments = train_mod.local_moments
+    real_local_moments = round_mod.local_moments
 
     def spy(critics, feats, users, chunk):
         seen["feats"] = feats.clone()
         return real_local_moments(critics, feats, users, chunk)
 
-    train_mod.local_moments, saved = spy, train_mod.local_moments
+    round_mod.local_moments, saved = spy, round_mod.local_moments
     try:
         rec = run.one_round()
     finally:
-        train_mod.local_moments = saved
+        round_mod.local_moments = saved
     # the critics are not trained after scoring (PPO moves the policy only)
     with torch.no_grad():
         gaps = []
