@@ -187,7 +187,7 @@ def day_reward_features(critics, feats: torch.Tensor, users: np.ndarray,
 
 
 def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *,
-                   settings: AttackSettings = DEFAULT_SETTINGS, n_estimators: int = 200,
+                   settings: AttackSettings = DEFAULT_SETTINGS,
                    name: str = "whitebox_mia", chunk_days: int | None = None,
                    traj: Trajectories | None = None) -> AttackReport:
     """White-box MIA: random forest on reward features, scored on a held-out half.
@@ -206,8 +206,9 @@ def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *
     x = day_reward_features(critics, feats, users, chunk_days)
     y = np.asarray(candidates.is_member, bool)
     ev = attack_split(y, users, settings.eval_fraction, settings.seed)
-    rf = RandomForestClassifier(n_estimators=n_estimators, min_samples_leaf=3, oob_score=True,
-                                class_weight="balanced", random_state=settings.seed, n_jobs=1)
+    rf = RandomForestClassifier(n_estimators=settings.forest_trees, min_samples_leaf=3,
+                                oob_score=True, class_weight="balanced",
+                                random_state=settings.seed, n_jobs=1)
     rf.fit(x[~ev], y[~ev])
     oob = np.nan_to_num(rf.oob_decision_function_[:, 1], nan=0.5)
     thr = best_threshold(oob, y[~ev])
