@@ -63,7 +63,6 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -75,7 +74,7 @@ from models.aggregation.base import laplace
 from models.aggregation.pilot import HistoryPilot
 from models.aggregation.registry import make_scheme
 from models.budget import check_one_round
-from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
+from models.checkpoint import Checkpointing, load_checkpoint, save_checkpoint, to_cpu
 from models.config import SCHEME_TRAITS, TrainConfig
 from models.critic_step import CriticStep
 from models.critic_store import UserCritics, critic_shard
@@ -559,17 +558,18 @@ def train_loop(run: _Run, last: int, save=None, on_round=None,
         raise BudgetExceededError(f"no round was trained: {run.stopped}")
 
 
-def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
-        resume: bool = False, stop_after: int | None = None, blocks: int = 1,
+def fit(config: TrainConfig, data: TrainData, *, checkpoint: Checkpointing | None = None,
+        stop_after: int | None = None, blocks: int = 1,
         device: torch.device | str | None = None,
         round_log_level: int = logging.INFO) -> FitResult:
     """Train PateGAIL / PateGAIL++ on `data` in this process; `stop_after` ends early after that
-    many rounds in total (for tests of resume); `resume` continues from
-    `checkpoint_dir/latest.pt`; `blocks` = rollout blocks (use the W-process run's value to
-    reproduce it here); `device`: where the model computes (default CPU; see the module doc),
-    the result and checkpoints hold CPU tensors either way."""
+    many rounds in total (for tests of resume); `checkpoint`: where checkpoints are saved, and
+    whether to continue from the one there; `blocks` = rollout blocks (use the W-process run's
+    value to reproduce it here); `device`: where the model computes (default CPU; see the
+    module doc), the result and checkpoints hold CPU tensors either way."""
     run = _Run(config, data, blocks=blocks, device=device)
-    ckpt = load_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
+    checkpoint_dir = checkpoint.folder if checkpoint else None
+    ckpt = load_checkpoint(checkpoint_dir) if (checkpoint and checkpoint.resume) else None
     if ckpt is not None:
         run.load_state_dict(ckpt)
         log.info("resumed at round %d, epsilon %.4g", run.round, run.accountant.epsilon())

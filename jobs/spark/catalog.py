@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -301,31 +302,28 @@ def _spec_of(part: str) -> str:
     return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
 
 
-def record_run(
-    spark: SparkSession,
-    *,
-    run_id: str,
-    stage: str,
-    config_yaml: str,
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-    status: str,
-    figures: Mapping[str, Any],
-) -> None:
-    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution).
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One stage execution as trajpriv_pub.runs holds it (its columns, in order; `figures`:
+    the public figures, stored as sorted JSON). The config text never holds secrets: run
+    seeds and the pseudonym key live in the raw zone."""
 
-    The config text never holds secrets: run seeds and the pseudonym key live in the raw zone.
-    """
-    row = (
-        run_id,
-        stage,
-        config_yaml,
-        started_at,
-        finished_at,
-        status,
-        json.dumps(figures, default=str, sort_keys=True),
-    )
-    append_table(spark.createDataFrame([row], RUNS.columns), RUNS)  # the catalogue's columns
+    run_id: str
+    stage: str
+    config_yaml: str
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    status: str
+    figures: Mapping[str, Any]
+
+    def row(self) -> tuple:
+        return (self.run_id, self.stage, self.config_yaml, self.started_at, self.finished_at,
+                self.status, json.dumps(self.figures, default=str, sort_keys=True))
+
+
+def record_run(spark: SparkSession, record: RunRecord) -> None:
+    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution)."""
+    append_table(spark.createDataFrame([record.row()], RUNS.columns), RUNS)  # its columns
 
 
 def catalogue_drift(spark: SparkSession) -> list[str]:

@@ -244,13 +244,14 @@ def fit_with_critics(config, data: TrainData, workdir=None) -> Trained:
     import dataclasses
     from pathlib import Path
 
+    from models.checkpoint import Checkpointing
     from models.train import fit
 
     if workdir is None:
         res = fit(config, data)
     else:
         cfg = dataclasses.replace(config, checkpoint_every=max(1, config.rounds))
-        res = fit(cfg, data, checkpoint_dir=Path(workdir))
+        res = fit(cfg, data, checkpoint=Checkpointing(Path(workdir)))
     return Trained(res, res.critics_state)
 
 

@@ -108,5 +108,5 @@ def test_critics_come_back_from_a_checkpoint(tmp_path):
     rep = run_membership(model, data.coords, Candidates(cands.days, cands.users, cands.is_member),
                          settings=AttackSettings(n_boot=20, forest_trees=20))
     assert 0 <= rep.auc <= 1
-    with pytest.raises(InputDataError, match="fit\\(checkpoint_dir"):
+    with pytest.raises(InputDataError, match="fit\\(checkpoint="):
         load_critics(tmp_path / "nothing")

@@ -11,12 +11,12 @@ from models.critic_training import _chunk_losses_and_grads, critic_update
 from models.critics import (
     BatchedAdam,
     BatchedCritics,
+    CriticLoss,
+    Minibatch,
     SingleCritic,
     _distinct_rows,
     critic_losses,
     critic_rewards,
-    CriticLoss,
-    Minibatch,
     local_moments,
     sample_batches,
 )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.checkpoint import Checkpointing
 from models.config import TrainConfig
 from models.env import EXPLORE, HOME, N_BANDS, RETURN, STAY, EnvState, MobilityEnv
 from models.policy import (
@@ -197,8 +198,8 @@ def test_learned_destinations_resume_and_synthesize_round_trip(tmp_path):
     data = toy_data()
     cfg = tiny_config(rounds=4, destination="learned", noise=0.05)
     whole = fit(cfg, data)
-    part = fit(cfg, data, checkpoint_dir=tmp_path, stop_after=2)
-    resumed = fit(cfg, data, checkpoint_dir=tmp_path, resume=True)
+    part = fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=2)
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert part.rounds_done == 2 and resumed.rounds_done == 4
     assert [h["reward_mean"] for h in whole.history] == [h["reward_mean"]
                                                          for h in resumed.history]
