@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from jobs.spark.tables import ALL, RUNS, Table, schema_differences
 from udfs.errors import InputDataError
@@ -300,6 +301,27 @@ def _spec_of(part: str) -> str:
     """'a=x/b=y%3Az' (SHOW PARTITIONS) -> "a='x', b='y:z'" (a PARTITION clause)."""
     pairs = (item.split("=", 1) for item in part.split("/"))
     return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
+
+
+# Spark types of the simple DDL types the catalogue's columns use (`Table.columns`)
+_SIMPLE_TYPES = {"string": T.StringType, "date": T.DateType, "bigint": T.LongType,
+                 "int": T.IntegerType, "double": T.DoubleType, "timestamp": T.TimestampType,
+                 "boolean": T.BooleanType}
+
+
+def spark_schema(table: Table, order: Iterable[str] | None = None,
+                 required: Iterable[str] = ()) -> T.StructType:
+    """The StructType of `table`'s columns, typed from the catalogue (their one home): in
+    `order` (default: the catalogue's), the `required` ones not nullable. Built without a
+    JVM, so a module may hold it at import."""
+    types = table.column_types()
+    names = list(types) if order is None else list(order)
+    unknown = sorted(set(names) - set(types)) + sorted(set(required) - set(names))
+    if unknown:
+        raise ValueError(f"{table}: no columns {unknown} to build a schema of")
+    need = set(required)
+    return T.StructType([T.StructField(n, _SIMPLE_TYPES[types[n]](), n not in need)
+                         for n in names])
 
 
 @dataclass(frozen=True, kw_only=True)
