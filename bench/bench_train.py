@@ -3,19 +3,19 @@
 Synthetic users on the public Shanghai-like map (random coordinates; no real data needed).
 For U in (83, 9481) and each thread count: one full round of fit's loop (rollout, critic steps,
 scoring, release, PPO) is timed, and the critic phase (critic_steps training steps + scoring the
-generated batch into per-sample moments) is timed both batched (`critic_step` + `local_moments`)
-and as a Python loop over per-user `SingleCritic` modules, each with its own torch.optim.Adam,
-autograd for the gradient penalty and float64 moment sums (the same maths, written per user the
-natural way). The loop at 9,481 users is timed over `--loop-users` users and scaled linearly
-(stated in the output). Batched and loop runs alternate in one process (`--repeat` times each)
-and every figure is the best of its runs, as wall time and as CPU time of this process: the
-machine is shared, and under load the CPU time (1 thread: the compute itself, without the
-time other jobs held the core) is the steadier measure. The 1-minute load average is printed
-with each figure. With one thread it also prints the floor that the matrix products alone set:
-the critic phase's multiply-adds (`critic_macs`) at this core's best measured rate on the
-workload's best shape (`gemm_rate`). What the batched phase spends above that floor is
-elementwise passes (LeakyReLU and its backward, bias sums, Adam, gathers), one kernel each in
-eager PyTorch, and products on small shapes below the best rate.
+generated batch into per-sample moments) is timed both batched (`CriticStep.own_draws` +
+`local_moments`) and as a Python loop over per-user `SingleCritic` modules, each with its own
+torch.optim.Adam, autograd for the gradient penalty and float64 moment sums (the same maths,
+written per user the natural way). The loop at 9,481 users is timed over `--loop-users` users
+and scaled linearly (stated in the output). Batched and loop runs alternate in one process
+(`--repeat` times each) and every figure is the best of its runs, as wall time and as CPU time
+of this process: the machine is shared, and under load the CPU time (1 thread: the compute
+itself, without the time other jobs held the core) is the steadier measure. The 1-minute load
+average is printed with each figure. With one thread it also prints the floor that the matrix
+products alone set: the critic phase's multiply-adds (`critic_macs`) at this core's best
+measured rate on the workload's best shape (`gemm_rate`). What the batched phase spends above
+that floor is elementwise passes (LeakyReLU and its backward, bias sums, Adam, gathers), one
+kernel each in eager PyTorch, and products on small shapes below the best rate.
 Usage: .venv/bin/python bench/bench_train.py [--users 83,9481] [--threads 1,2] [--loop-users 500]
        [--loop-fused-adam]
 """
@@ -37,7 +37,6 @@ from models.config import TrainConfig  # noqa: E402
 from models.critics import (  # noqa: E402
     SingleCritic,
     critic_losses,
-    critic_step,
     local_moments,
     sample_batches,
 )
@@ -91,8 +90,7 @@ def batched_critic_phase(run: _Run, feats: torch.Tensor, g: torch.Generator
     users = torch.arange(run.critics.n_users)
     with Clock() as steps:
         for _ in range(cfg.critic_steps):
-            critic_step(run.critics, run.critic_opt, run.real, run.counts, feats, users,
-                        cfg.critic_batch, cfg.critic_kind, cfg.lambda_gp, g)
+            run.critic_step().own_draws(feats, users, g)
     with Clock() as scoring:
         local_moments(run.critics, feats, users, cfg.score_chunk_elems)
     return steps, scoring

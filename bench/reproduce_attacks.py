@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results import write_result  # noqa: E402
 from jobs.ingest.local import paper_dataset  # noqa: E402
 from models.attacks import (  # noqa: E402
+    AttackPlan,
     AttackSettings,
     fit_trainer,
     home_reidentification,
@@ -86,7 +87,8 @@ def geolife(args) -> list[dict]:
         target = fit(cfg, train)  # FitResult: policy and critics
         t1 = time.perf_counter()
         reports, seconds = membership_attacks(
-            target, data.coords, cands, data, fit_trainer(cfg), n_shadows=args.shadows,
+            target, data.coords, cands, data, fit_trainer(cfg),
+            plan=AttackPlan(n_shadows=args.shadows),
             settings=AttackSettings(seed=args.seed, n_boot=args.boot))
         row = {"scheme": scheme, "noise": noise, "rounds": target.rounds_done,
                "epsilon": target.accountant["epsilon"],

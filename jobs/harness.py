@@ -199,7 +199,7 @@ def execute(
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Run one stage in an existing session and record it; re-raises after recording a failure."""
-    from jobs.spark.catalog import record_run
+    from jobs.spark.catalog import RunRecord, record_run
 
     ctx = StageContext(
         stage=stage,
@@ -233,8 +233,7 @@ def execute(
             except OSError as exc:
                 log.warning("could not write the run folder of %s: %s", ctx.run_id, exc)
         try:
-            record_run(
-                spark,
+            record_run(spark, RunRecord(
                 run_id=ctx.run_id,
                 stage=stage,
                 config_yaml=cfg.to_yaml(),
@@ -242,7 +241,7 @@ def execute(
                 finished_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
                 status=status,
                 figures=published,
-            )
+            ))
         except Exception as rec_exc:  # recording must not hide the stage's own outcome
             log.warning("could not record run %s: %s", ctx.run_id, describe_failure(rec_exc))
         log.info("stage %s %s in %.1f s", stage, status, ctx.figures["wall_s"])

@@ -10,6 +10,7 @@ cuts a write short between the data and the fsync.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ def to_cpu(obj: Any) -> Any:
         items = [to_cpu(v) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     return obj
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a training run saves its checkpoints (`folder/latest.pt`), and whether it first
+    resumes from the one there."""
+
+    folder: str | os.PathLike
+    resume: bool = False
 
 
 def save_checkpoint(state: dict, folder: str | os.PathLike, name: str = NAME) -> Path:

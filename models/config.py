@@ -209,6 +209,10 @@ class TrainConfig:
             if self.beta > 0:
                 raise bad("sampling", "the variance release (beta > 0) has no bounded "
                           "sensitivity with a public normaliser; set beta=0 or sampling='fixed'")
+        self._check_ranges(bad)
+        self._check_pretrain(bad)
+
+    def _check_ranges(self, bad) -> None:
         for name in ("noise", "pilot_fraction", "delta_prime", "critic_lr", "policy_lr", "clip",
                      "start_hist_epsilon"):
             if not 0 < getattr(self, name) < math.inf:
@@ -228,7 +232,6 @@ class TrainConfig:
             raise bad("beta" if self.beta < 0 else "lambda_gp", "must be >= 0")
         if self.target_epsilon is not None and not 0 < self.target_epsilon < math.inf:
             raise bad("target_epsilon", "must be finite and > 0, or None")
-        self._check_pretrain(bad)
 
     def _check_pretrain(self, bad) -> None:
         if self.pretrain not in PRETRAINS:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from models.critics import BatchedAdam, BatchedCritics, critic_update
+from models.critic_training import critic_update
+from models.critics import BatchedAdam, BatchedCritics, CriticLoss, Minibatch, sample_batches
 
 
 @dataclass(frozen=True)
@@ -42,5 +43,17 @@ class CriticStep:
         dev = self.real.device  # draws and indices on the CPU (users, counts), rows on `dev`
         ridx = (u_real * self.counts[users][:, None]).long()
         real_b = self.real[users[:, None].to(dev), ridx.to(dev)]
-        return critic_update(self.critics, self.opt, real_b, generated[u_gen.to(dev)],
-                             alpha.to(dev), users, self.kind, self.lambda_gp)
+        mb = Minibatch(real_b, generated[u_gen.to(dev)], alpha.to(dev))
+        return critic_update(self.critics, self.opt, mb, users, self.loss)
+
+    def own_draws(self, generated: torch.Tensor, users: torch.Tensor,
+                  gen: torch.Generator) -> torch.Tensor:
+        """One step of the critics `users` with minibatches drawn for those users alone
+        (`critics.sample_batches`: each reads its own user's rows of `real`), so a user's batch
+        depends on who else steps; `n_total` is not read. Returns (A,) losses."""
+        mb = sample_batches(self.real, self.counts, generated, users, self.batch, gen)
+        return critic_update(self.critics, self.opt, mb, users, self.loss)
+
+    @property
+    def loss(self) -> CriticLoss:
+        return CriticLoss(self.kind, self.lambda_gp)

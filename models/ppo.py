@@ -148,11 +148,21 @@ class PPOSettings:
                    cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm, cfg.kl_coef)
 
 
-def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer, ro: Rollout,
-               rewards: torch.Tensor, env: MobilityEnv, s: PPOSettings,
-               gen: torch.Generator) -> dict:
+@dataclass(frozen=True)
+class Experience:
+    """What one PPO update learns from: a rollout, its per-step rewards (E, T) and the
+    environment it was rolled out in (the policy reads its coordinates and destinations)."""
+
+    rollout: Rollout
+    rewards: torch.Tensor
+    env: MobilityEnv
+
+
+def ppo_update(policy: PolicyNet, value: ValueNet, opt: torch.optim.Optimizer,
+               exp: Experience, s: PPOSettings, gen: torch.Generator) -> dict:
     """PPO epochs over the rollout; returns losses and per-minibatch ratio statistics."""
-    adv, ret = gae(rewards, ro.values, s.gamma, s.gae_lambda)
+    ro, env = exp.rollout, exp.env
+    adv, ret = gae(exp.rewards, ro.values, s.gamma, s.gae_lambda)
     adv, ret = adv.reshape(-1), ret.reshape(-1)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     obs, acts, logp_old = obs_of(ro.traj), ro.traj.flat("actions"), ro.logp.reshape(-1)

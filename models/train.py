@@ -61,10 +61,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -72,40 +70,24 @@ import torch
 from torch import nn
 
 from models.accounting import PrivacyAccountant
-from models.aggregation import LocalRewards
 from models.aggregation.base import laplace
-from models.aggregation.pilot import HistoryPilot, pair_keys
+from models.aggregation.pilot import HistoryPilot
 from models.aggregation.registry import make_scheme
-from models.budget import check_one_round, normaliser, sampled
-from models.checkpoint import load_checkpoint, save_checkpoint, to_cpu
+from models.budget import check_one_round
+from models.checkpoint import Checkpointing, load_checkpoint, save_checkpoint, to_cpu
 from models.config import SCHEME_TRAITS, TrainConfig
 from models.critic_step import CriticStep
 from models.critic_store import UserCritics, critic_shard
-from models.critics import (
-    BatchedAdam,
-    BatchedCritics,
-    Moments,
-    critic_rewards,
-    local_moments,
-    real_pair_sample,
-    real_reward_means,
-)
+from models.critics import BatchedAdam, BatchedCritics, real_pair_sample
 from models.data import TrainData
 from models.env import DestContext, DestPrior, MobilityEnv
 from models.features import FEATURE_DIM, expert_features_per_user
 from models.markov import MarkovModel, Stats, move_cells, release_markov, user_stats
 from models.policy import PolicyNet, ValueNet
-from models.ppo import (
-    PPOSettings,
-    Rollout,
-    ctx_rows,
-    dest_context_of,
-    gae,
-    obs_of,
-    rollout,
-)
+from models.ppo import PPOSettings, Rollout, rollout
 from models.pretrain import behaviour_clone, dest_prior, markov_epsilon
 from models.starts import HierarchicalStarts, LocalStarts, kd_levels, start_mass
+from models.train_round import RoundSteps, _gen
 from udfs.errors import BudgetExceededError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -119,12 +101,6 @@ ROUND_PUBLIC = ("round", "participants", "reward_mean", "policy_loss", "value_lo
 
 def uses_history_pilot(cfg: TrainConfig) -> bool:
     return SCHEME_TRAITS[cfg.scheme].sensitivity_aware and cfg.pilot == "history"
-
-
-def _corr(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
-    den = float(a.norm() * b.norm())
-    return float((a * b).sum()) / den if den > 0 else None
 
 
 def env_of(coords: np.ndarray, cfg: TrainConfig, prior: dict | None = None,
@@ -270,75 +246,7 @@ def _seeds(gen: torch.Generator, k: int) -> list[int]:
     return [int(x) for x in torch.randint(2**62, (k,), generator=gen)]
 
 
-def _gen(seed: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return g
-
-
-def moments_all(comm: Comm, mom: Moments) -> Moments:
-    red = comm.all_reduce_sum(torch.stack([mom.sum, mom.sumsq]))
-    cnt = comm.all_reduce_sum(torch.tensor([float(mom.count)], dtype=torch.float64))
-    # on the CPU: the DP releases draw their noise there
-    return Moments(red[0].cpu(), red[1].cpu(), int(round(float(cnt[0]))))
-
-
-def sharded_ppo_update(model: nn.Module, module: ActorCritic, opt: torch.optim.Optimizer,
-                       ro: Rollout, rewards: torch.Tensor, env: MobilityEnv, s: PPOSettings,
-                       block_gens: list[torch.Generator], n_blocks: int, comm: Comm) -> dict:
-    """PPO epochs over this rank's blocks of episodes (clipped surrogate, GAE, entropy, value).
-
-    Advantages are normalised with all-reduced moments; each block has its own minibatch
-    permutation, and a minibatch step takes minibatch/blocks pairs from every block. Losses are
-    sums times W / (pairs in the global minibatch), so DDP's average over ranks is the mean over
-    the global minibatch, exactly what one process computes with all blocks local.
-    """
-    adv, ret = gae(rewards, ro.values, s.gamma, s.gae_lambda)
-    adv, ret = adv.reshape(-1).double(), ret.reshape(-1)
-    st = comm.all_reduce_sum(torch.stack([adv.sum(), (adv * adv).sum(),
-                                          torch.tensor(float(adv.numel()), dtype=torch.float64,
-                                                       device=adv.device)]))
-    n_all = float(st[2])
-    mean = st[0] / n_all
-    std = math.sqrt(max(0.0, float(st[1] - n_all * mean * mean) / max(1.0, n_all - 1)))
-    adv = ((adv - mean) / (std + 1e-8)).float()
-    obs, acts, logp_old = obs_of(ro.traj), ro.traj.flat("actions"), ro.logp.reshape(-1)
-    tgts, ctx = ro.traj.flat("targets"), dest_context_of(module.policy, env, ro.traj)
-    n_b = acts.shape[0] // len(block_gens)  # pairs per block (blocks are equal)
-    mb = max(1, s.minibatch // n_blocks)
-    rows: list[list[float]] = []
-    params = list(module.parameters())
-    for _ in range(s.epochs):
-        perms = [torch.randperm(n_b, generator=g) for g in block_gens]
-        for start in range(0, n_b, mb):
-            i = torch.cat([j * n_b + p[start:start + mb] for j, p in enumerate(perms)]
-                          ).to(acts.device)
-            n_global = n_blocks * min(mb, n_b - start)
-            o = {k: v[i] for k, v in obs.items()}
-            lp, ent, kl, values = model(o, env.coords_norm, ctx_rows(ctx, i), acts[i], tgts[i])
-            ratio = torch.exp(lp - logp_old[i])
-            surr = torch.min(ratio * adv[i], ratio.clamp(1 - s.clip, 1 + s.clip) * adv[i]).sum()
-            ent = ent.sum()
-            v_loss = ((values - ret[i]) ** 2).sum()
-            loss = -surr + s.value_coef * v_loss - s.entropy_coef * ent
-            if kl is not None:
-                loss = loss + s.kl_coef * kl.sum()
-            loss = loss * (comm.world / n_global)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-            opt.step()
-            with torch.no_grad():
-                rows.append([float(-surr), float(v_loss), float(ent),
-                             float(((ratio - 1).abs() > s.clip).sum()), float(n_global)])
-    tot = comm.all_reduce_sum(torch.tensor(rows, dtype=torch.float64))
-    # column 4 sums n_global over ranks (W copies of the same number): divide W back out
-    per = tot[:, :4] / (tot[:, 4:5] / comm.world)
-    keys = ("policy_loss", "value_loss", "entropy", "clip_frac")
-    return {k: per[:, j].tolist() for j, k in enumerate(keys)}
-
-
-class _Run:
+class _Run(RoundSteps):
     """All mutable training state of one rank; `state_dict` is what a checkpoint holds.
 
     data: this rank's users; rows: their global indices (ascending); n_total: all users;
@@ -585,86 +493,26 @@ class _Run:
         self.pretrain_critics()
 
     def one_round(self) -> dict:
-        cfg, g, comm = self.cfg, self.gens, self.comm
+        """One round: draw the participants, roll out the policy, step their critics, release
+        the rewards (DP), update the policy by PPO; returns the round's record. The random
+        streams and collectives are used in this order on every rank."""
+        cfg = self.cfg
         t0 = time.perf_counter()
         users = participants(self.n_total, cfg.participation, self.rng, cfg.sampling)
         mine = torch.isin(self.rows, users)
         lu, gu = mine.nonzero().squeeze(1), self.rows[mine]  # local and global indices
-        ppo_seeds = _seeds(g["ppo"], self.blocks)
-        e_b = cfg.episodes_per_round // self.blocks
-        ro, feats = self.generate(g["rollout"])
+        ppo_seeds = _seeds(self.gens["ppo"], self.blocks)
+        ro, feats = self.generate(self.gens["rollout"])
         t1 = time.perf_counter()
-        step = self.critic_step()
-        for _ in range(cfg.critic_steps):
-            closs = step.rows(feats, lu, gu, g["critic"])
-        # trusted-zone diagnostic: this rank's sum over its participants of mean R_u(real_u);
-        # not under LDP (the server must not see any exact aggregate of a user's critic)
-        ldp = self.scheme.local
-        real_sum = (0.0 if ldp else float(real_reward_means(
-            self.critics, self.gap_real, self.gap_counts, lu, cfg.score_chunk_elems).sum()))
+        closs, real_sum = self._step_critics(feats, lu, gu)
         t2 = time.perf_counter()
-        keys = pair_keys(feats) if self.pilot is not None else None
-        prior = self.pilot.estimate(keys) if self.pilot is not None else None
-        trusted: dict[str, Any] = {"critic_loss": None}
-        gen_sum = None  # sum over participants of mean R_u(generated) (central schemes)
-        if ldp:
-            # scored on the device; each user's rewards are perturbed with its own noise row
-            # before anything is summed (no unperturbed sum exists in this mode)
-            rw = critic_rewards(self.critics, feats, lu, cfg.score_chunk_elems).cpu()
-            # each rank perturbs its users' rewards with their rows of the shared noise
-            # table; only the perturbed moments are all-reduced
-            data = LocalRewards(rw, gu, self.n_total, reduce=lambda m: moments_all(comm, m))
-            rel = self.scheme.release(data, gen=g["noise"], spend=self.accountant.spend,
-                                      prior=prior)
-            rel_rewards, eps_batch, rel_mean = rel.rewards, rel.epsilon_spent, rel.mean
-        else:
-            mom = moments_all(comm, local_moments(self.critics, feats, lu, cfg.score_chunk_elems))
-            count = mom.count
-            gen_sum = float(mom.sum.sum()) / max(1, mom.sum.shape[0]) if count else None
-            kw: dict[str, Any] = {"prior": prior} if self.pilot is not None else {}
-            if cfg.sampling == "poisson":  # public normaliser q * N (beta = 0: one release)
-                kw["normaliser"] = normaliser(cfg, self.n_total)
-
-            def release():
-                rel = self.scheme.release(
-                    mom, gen=g["noise"], spend=lambda e: self.accountant.spend(sampled(cfg, e)),
-                    **kw)
-                raw = mom.sum / max(mom.count, 1)  # trusted-zone diagnostics, never published
-                return {"rewards": rel.rewards, "eps": rel.epsilon_spent, "mean": rel.mean,
-                        "raw_mean": float(raw.mean()) if mom.count else None,
-                        "pilot_corr": (None if rel.pilot is None or not mom.count
-                                       else _corr(rel.pilot, raw))}
-
-            out = self._from_rank0(release)
-            rel_rewards, eps_batch, rel_mean = out["rewards"], out["eps"], out["mean"]
-            trusted.update(reward_raw_mean=out["raw_mean"], pilot_corr=out["pilot_corr"])
-        if self.pilot is not None:  # post-processing of the release, same on every rank
-            self.pilot.update(keys, rel_mean)
+        rel = self._release_rewards(feats, lu, gu)
         t3 = time.perf_counter()
-        rewards = rel_rewards.float().view(cfg.episodes_per_round, -1).to(self.device)
-        mine_eps = self.my_blocks()
-        local_rewards = rewards[mine_eps.start * e_b:mine_eps.stop * e_b]
-        stats = sharded_ppo_update(self.model, self.module, self.ppo_opt, ro, local_rewards,
-                                   self.env, self.ppo, [_gen(ppo_seeds[b]) for b in mine_eps],
-                                   self.blocks, comm)
+        rewards = rel.rewards.float().view(cfg.episodes_per_round, -1).to(self.device)
+        stats = self._update_policy(ro, rewards, ppo_seeds)
         t4 = time.perf_counter()
-        cl = comm.all_reduce_sum(torch.tensor([float(closs.double().sum()), float(closs.numel()),
-                                               real_sum], dtype=torch.float64))
-        acts = comm.all_reduce_sum(torch.bincount(ro.traj.actions.reshape(-1), minlength=4)
-                                   .double())
-        trusted["critic_loss"] = float(cl[0] / cl[1]) if float(cl[1]) > 0 else None
-        trusted["critic_gap"] = None if gen_sum is None else (float(cl[2]) - gen_sum) / count
-        # a Poisson sample's size is not public (publishing it would void the amplification)
-        poisson = cfg.sampling == "poisson" and cfg.participation < 1
-        trusted["participants"] = int(users.shape[0])
-        return {"round": self.round, "participants": None if poisson else int(users.shape[0]),
-                "reward_mean": float(rewards.mean()),
-                "policy_loss": float(np.mean(stats["policy_loss"])),
-                "value_loss": float(np.mean(stats["value_loss"])),
-                "entropy": float(np.mean(stats["entropy"])),
-                "clip_frac": float(np.mean(stats["clip_frac"])),
-                "epsilon_batch": eps_batch, "epsilon": self.accountant.epsilon(),
-                "action_freq": (acts / acts.sum()).tolist(),
+        trusted = self._trusted(users, closs, real_sum, rel)
+        return {**self._record(users, ro, rewards, stats, rel),
                 "seconds": {"rollout": t1 - t0, "critics": t2 - t1, "release": t3 - t2,
                             "ppo": t4 - t3},
                 "trusted": trusted}
@@ -710,17 +558,18 @@ def train_loop(run: _Run, last: int, save=None, on_round=None,
         raise BudgetExceededError(f"no round was trained: {run.stopped}")
 
 
-def fit(config: TrainConfig, data: TrainData, *, checkpoint_dir: str | Path | None = None,
-        resume: bool = False, stop_after: int | None = None, blocks: int = 1,
+def fit(config: TrainConfig, data: TrainData, *, checkpoint: Checkpointing | None = None,
+        stop_after: int | None = None, blocks: int = 1,
         device: torch.device | str | None = None,
         round_log_level: int = logging.INFO) -> FitResult:
     """Train PateGAIL / PateGAIL++ on `data` in this process; `stop_after` ends early after that
-    many rounds in total (for tests of resume); `resume` continues from
-    `checkpoint_dir/latest.pt`; `blocks` = rollout blocks (use the W-process run's value to
-    reproduce it here); `device`: where the model computes (default CPU; see the module doc),
-    the result and checkpoints hold CPU tensors either way."""
+    many rounds in total (for tests of resume); `checkpoint`: where checkpoints are saved, and
+    whether to continue from the one there; `blocks` = rollout blocks (use the W-process run's
+    value to reproduce it here); `device`: where the model computes (default CPU; see the
+    module doc), the result and checkpoints hold CPU tensors either way."""
     run = _Run(config, data, blocks=blocks, device=device)
-    ckpt = load_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
+    checkpoint_dir = checkpoint.folder if checkpoint else None
+    ckpt = load_checkpoint(checkpoint_dir) if (checkpoint and checkpoint.resume) else None
     if ckpt is not None:
         run.load_state_dict(ckpt)
         log.info("resumed at round %d, epsilon %.4g", run.round, run.accountant.epsilon())

@@ -2,11 +2,11 @@
 
 1. No function takes more than MAX_PARAMS parameters (self/cls not counted) or spans more than
    MAX_LINES lines, except the ones named in EXCEPTIONS, each held to its recorded size: an
-   exception may shrink (then lower or drop its entry) but never grow. Most are public entry
-   points whose keyword options mirror a config section or a paper's parameters (`perturb`,
-   the attack runners, `per_user`), numerical kernels whose steps share many arrays (the
-   samplers of `udfs.sampling`, `perturb_copy_batch`, the critic updates), stage `run`s and
-   readers still to be split.
+   exception may shrink (then lower or drop its entry) but never grow, and there are at most
+   MAX_EXCEPTIONS of them. They are public entry points whose keyword options mirror a paper's
+   or a kernel's parameters (`perturb`, `per_user`, `release_markov`), numerical kernels whose
+   steps share many arrays (the samplers of `udfs.sampling`, `perturb_copy_batch`), and the
+   evaluate stage still to be split.
 2. No module is longer than MAX_MODULE_LINES lines, except the ones named in
    MODULE_EXCEPTIONS, each held to its recorded length the same way: past that a module holds
    more than one concern, and its reader looks for a fact in the wrong half.
@@ -24,46 +24,22 @@ PACKAGES = ("jobs", "udfs", "models", "airflow_dags")
 MAX_PARAMS = 7
 MAX_LINES = 60
 MAX_MODULE_LINES = 600
+MAX_EXCEPTIONS = 15
 
 #: module -> lines it may not exceed.
 MODULE_EXCEPTIONS: dict[str, int] = {
     "jobs/collect/stage.py": 815,
     "models/audit.py": 665,
-    "models/critics.py": 758,
-    "models/train.py": 733,
 }
 
 #: function -> (parameters, lines) it may not exceed.
 EXCEPTIONS: dict[str, tuple[int, int]] = {
-    "jobs.datagen.model:simulate_user": (3, 73),
     "jobs.evaluate.stage:_chunk_summaries": (11, 60),
     "jobs.evaluate.stage:pair_summaries": (5, 86),
     "jobs.evaluate.stage:run": (3, 87),
-    "jobs.ingest.locmap:load_locations": (2, 71),
-    "jobs.ingest.readers.common:line_reasons": (9, 33),
-    "jobs.ingest.readers.common:parsed_frame": (10, 41),
-    "jobs.ingest.readers.delimited:parse_delimited": (5, 61),
-    "jobs.ingest.readers.plan:plan_inputs": (1, 76),
-    "jobs.ingest.readers.slots48:parse_slots": (5, 62),
-    "jobs.ingest.shaping:cut_trajectories": (6, 69),
-    "jobs.ingest.stage:write_tables": (5, 63),
-    "jobs.report.render:render_report": (2, 145),
-    "jobs.spark.catalog:record_run": (8, 25),
     "jobs.spark.per_user:per_user": (9, 18),
     "jobs.spark.per_user:per_user_local": (8, 25),
-    "jobs.train.stage:charge_training": (8, 11),
-    "models.attacks.lira:run_lira": (9, 23),
-    "models.attacks.membership:run_membership": (8, 29),
-    "models.attacks.suite:membership_attacks": (9, 34),
-    "models.config:TrainConfig.__post_init__": (0, 61),
-    "models.critics:_losses_and_grads": (7, 99),
-    "models.critics:critic_step": (10, 6),
-    "models.critics:critic_update": (9, 52),
     "models.markov:release_markov": (9, 27),
-    "models.ppo:ppo_update": (8, 37),
-    "models.train:_Run.one_round": (0, 84),
-    "models.train:fit": (8, 21),
-    "models.train:sharded_ppo_update": (10, 50),
     "udfs.atp:perturb_region": (9, 31),
     "udfs.collect:perturb": (12, 51),
     "udfs.collect:perturb_padded": (8, 20),
@@ -110,6 +86,10 @@ def test_functions_stay_within_the_parameter_and_length_limits():
             over.append(f"{name}: {params} parameters, {lines} lines (limit "
                         f"{max(cap_params, MAX_PARAMS)}, {max(cap_lines, MAX_LINES)})")
     assert not over, ("split these, or pass a parameter object:\n" + "\n".join(over))
+
+
+def test_the_exceptions_stay_few():
+    assert len(EXCEPTIONS) <= MAX_EXCEPTIONS, "split a function before naming another exception"
 
 
 def test_every_exception_still_exists():

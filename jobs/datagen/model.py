@@ -125,12 +125,24 @@ def simulate_user(user_id: int, st: StationIndex, p: MobilityParams) -> pd.DataF
     t = 24.0 * days[rec_i] + hours
     t = plan.move_into_transit(t, rec_i, n_days, p.transit_share, rng)
     start = np.unique(np.floor(t * 3600.0).astype(np.int64))  # sorted; no two at one second
+    end = _session_ends(start, p, rng)
+    loc = serving_cells(plan.locate(start / 3600.0, st), start // 86400, handover, p, st, rng)
+    return _records_frame(user_id, start, end, loc, st, p)
+
+
+def _session_ends(start: np.ndarray, p: MobilityParams, rng: np.random.Generator) -> np.ndarray:
+    """Each record's end (seconds from the start date): a log-normal session, cut at the next
+    record's start and at the end of its day."""
     dur = np.rint(rng.lognormal(np.log(p.session_median_s), 1.0, len(start))).astype(np.int64)
     day_end = (start // 86400) * 86400 + 86399
     next_start = np.r_[start[1:] - 1, day_end[-1]]
-    end = np.maximum(start, np.minimum.reduce([start + dur, next_start, day_end]))
-    loc = serving_cells(plan.locate(start / 3600.0, st), start // 86400, handover, p, st, rng)
+    return np.maximum(start, np.minimum.reduce([start + dur, next_start, day_end]))
 
+
+def _records_frame(user_id: int, start: np.ndarray, end: np.ndarray, loc: np.ndarray,
+                   st: StationIndex, p: MobilityParams) -> pd.DataFrame:
+    """The RECORD_COLUMNS frame of one user's records (start, end: seconds from the start
+    date; loc: station indices)."""
     origin = np.datetime64(p.start_date, "s")
     return pd.DataFrame(
         {

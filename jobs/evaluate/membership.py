@@ -39,7 +39,7 @@ from jobs.spark.catalog import read_table, table_exists
 from jobs.spark.tables import RUNS, SLOT_DAYS_SPLIT, SYNTHETIC_TRAJECTORIES
 from models.attacks.membership import Candidates
 from models.attacks.report import AttackSettings
-from models.attacks.suite import membership_attacks
+from models.attacks.suite import AttackPlan, membership_attacks
 from models.attacks.target import TrainedRun, shadow_trainer
 from models.data import TrainData
 from udfs.errors import InputDataError
@@ -183,7 +183,8 @@ def _attack_run(spark: SparkSession, cfg: Config, run_id: str, model: str, epsil
     lira = "lira" in kinds
     reports, seconds = membership_attacks(
         target, target.coords, cands, template, shadow_trainer(target) if lira else None,
-        n_shadows=cfg.evaluate.lira_shadows if lira else 0, whitebox="whitebox" in kinds,
+        plan=AttackPlan(whitebox="whitebox" in kinds,
+                        n_shadows=cfg.evaluate.lira_shadows if lira else 0),
         settings=AttackSettings(seed=cfg.seed, n_boot=cfg.evaluate.attack_bootstrap))
     rows = [{"method": model, "setting": epsilon, "metric": m, "value": v}
             for rep in reports for m, v in rep.rows()]

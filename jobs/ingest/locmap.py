@@ -334,42 +334,39 @@ def load_locations(path: Path | str, fmt: str = "auto") -> LocationSet:
         raise InputDataError(f"location file {path} is empty: the location set needs a location")
     if fmt == "auto":
         fmt = "csv" if "," in lines[0] else "gps"
-    if fmt == "gps":
-        rows = [ln.split() for ln in lines]
-        for number, row in enumerate(rows, 1):
-            if len(row) != 2:
-                raise InputDataError(f"location file {path} line {number}: expected 'lat lon'")
-        values = pd.to_numeric(pd.Series([v for row in rows for v in row]), errors="coerce")
-        coords = values.to_numpy(dtype=np.float64).reshape(-1, 2)
-        names = pd.Series(np.arange(len(coords)).astype(str))
-        _check_coords(coords[:, 0], coords[:, 1], path, first_line=1)
-        return LocationSet(
-            np.arange(len(coords), dtype=np.int64),
-            coords[:, 0],
-            coords[:, 1],
-            names.to_numpy(dtype=object),
-        )
+    return _gps_locations(path, lines) if fmt == "gps" else _csv_locations(path)
+
+
+def _gps_locations(path: Path, lines: list[str]) -> LocationSet:
+    """A `gps` file: `lat lon` per line, id = line index."""
+    rows = [ln.split() for ln in lines]
+    for number, row in enumerate(rows, 1):
+        if len(row) != 2:
+            raise InputDataError(f"location file {path} line {number}: expected 'lat lon'")
+    values = pd.to_numeric(pd.Series([v for row in rows for v in row]), errors="coerce")
+    coords = values.to_numpy(dtype=np.float64).reshape(-1, 2)
+    names = pd.Series(np.arange(len(coords)).astype(str))
+    _check_coords(coords[:, 0], coords[:, 1], path, first_line=1)
+    return LocationSet(
+        np.arange(len(coords), dtype=np.int64),
+        coords[:, 0],
+        coords[:, 1],
+        names.to_numpy(dtype=object),
+    )
+
+
+# header names of a location id, most specific first (compared by `normalise_name`)
+_ID_NAMES = ("locid", "locationid", "id", "stationid", "station", "loc", "venueid", "spotid")
+
+
+def _csv_locations(path: Path) -> LocationSet:
+    """A CSV with a header: id, lat, lon columns found by name; ids that are not integers are
+    numbered in file order."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     cols = {normalise_name(c): c for c in frame.columns}
     lat_c = next((cols[n] for n in cols if n in _LAT_NAMES), None)
     lon_c = next((cols[n] for n in cols if n in _LON_NAMES), None)
-    id_c = next(
-        (
-            cols[n]
-            for n in (
-                "locid",
-                "locationid",
-                "id",
-                "stationid",
-                "station",
-                "loc",
-                "venueid",
-                "spotid",
-            )
-            if n in cols
-        ),
-        None,
-    )
+    id_c = next((cols[n] for n in _ID_NAMES if n in cols), None)
     if lat_c is None or lon_c is None:
         raise InputDataError(
             f"location file {path} line 1: header {list(frame.columns)} needs latitude and "

@@ -89,6 +89,25 @@ def build_trajectories(points: pd.DataFrame, **rules) -> pd.DataFrame:
     return cut_trajectories(points, **rules)[0]
 
 
+def _check_cut(max_len: int, gap_hours: float, segment: str, min_len: int) -> None:
+    if max_len < 1:
+        raise InvalidParameterError(f"max_len must be at least 1, got {max_len}")
+    if not 1 <= min_len <= max_len:
+        raise InvalidParameterError(f"min_len must be in 1..max_len ({max_len}), got {min_len}")
+    if not gap_hours > 0:
+        raise InvalidParameterError(f"gap_hours must be positive, got {gap_hours}")
+    if segment not in SEGMENTS:
+        raise InvalidParameterError(f"segment must be one of {SEGMENTS}, got {segment!r}")
+
+
+def _point_ends(p: pd.DataFrame, ts: np.ndarray) -> np.ndarray:
+    """Each point's end (ns): its end_ts where given and not before its start, else its ts."""
+    if "end_ts" not in p.columns:
+        return ts
+    end_raw = p["end_ts"].to_numpy(dtype="datetime64[ns]")
+    return np.where(np.isnat(end_raw), ts, np.maximum(end_raw.astype(np.int64), ts))
+
+
 def cut_trajectories(
     points: pd.DataFrame,
     *,
@@ -100,14 +119,7 @@ def cut_trajectories(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(trajectories, pieces shorter than `min_len`) of accepted points, both in the
     TRAJECTORY_COLUMNS shape (the short pieces' `traj_id` is -1: they are not trajectories)."""
-    if max_len < 1:
-        raise InvalidParameterError(f"max_len must be at least 1, got {max_len}")
-    if not 1 <= min_len <= max_len:
-        raise InvalidParameterError(f"min_len must be in 1..max_len ({max_len}), got {min_len}")
-    if not gap_hours > 0:
-        raise InvalidParameterError(f"gap_hours must be positive, got {gap_hours}")
-    if segment not in SEGMENTS:
-        raise InvalidParameterError(f"segment must be one of {SEGMENTS}, got {segment!r}")
+    _check_cut(max_len, gap_hours, segment, min_len)
     if points.empty:
         return _empty_trajectories(), _empty_trajectories()
     p = _sorted(with_dates(points) if "date" not in points.columns else points, order,
@@ -116,10 +128,7 @@ def cut_trajectories(
     day = p["date"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
     loc = p["loc_id"].to_numpy(dtype=np.int64)
     ts = p["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    end = ts
-    if "end_ts" in p.columns:
-        end_raw = p["end_ts"].to_numpy(dtype="datetime64[ns]")
-        end = np.where(np.isnat(end_raw), ts, np.maximum(end_raw.astype(np.int64), ts))
+    end = _point_ends(p, ts)
 
     # Stays: runs of the same location within a user (and a day, when cutting by day).
     bound = np.r_[True, user[1:] != user[:-1]]

@@ -338,23 +338,12 @@ def stage_locations(spark, staged, locations: Locations, folder: Path, dataset: 
     return path
 
 
-def write_tables(spark, dataset: str, folder: Path, commit: dict[str, Any],
-                 figures: dict[str, Any]) -> int:
-    """Write the five tables from a staged ingest (`folder`); returns the number of locations.
-
-    `commit` is the READY record: the dates each dated table's rows cover (counted when
-    staged), the quarantine count and the ingest's start time. Each write replaces this
-    dataset's rows of one table; all the inputs come from the staging folder, so a later
-    process can redo the writes identically (`finish_pending`).
-    """
+def _staged_tables(staged, dataset: str, started_at: str) -> tuple:
+    """The staged union's rows as the points, trajectories, slot_days and quarantine tables'
+    frames (this dataset's rows; the quarantine's stamped with the ingest's start)."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.catalog import write_table
-
-    staged = spark.read.parquet(str(folder / "union"))
-    dates = commit["dates"]
     ds = F.lit(dataset).alias("dataset")
-    scope = {"dataset": dataset}
     date = F.to_date("date").alias("date")
     points = staged.where("kind = 'point'").select(
         ds, "user_id", "ts", "lat", "lon", F.col("loc_id").cast("int").alias("loc_id"), date
@@ -375,9 +364,26 @@ def write_tables(spark, dataset: str, folder: Path, commit: dict[str, Any],
         F.coalesce(where, F.col("source")).alias("source"),
         "record",
         "reason",
-        F.lit(pd.Timestamp(commit["started_at"]).to_pydatetime()).cast("timestamp")
-        .alias("ingested_at"),
+        F.lit(pd.Timestamp(started_at).to_pydatetime()).cast("timestamp").alias("ingested_at"),
     )
+    return points, traj, slot_days, quarantine
+
+
+def write_tables(spark, dataset: str, folder: Path, commit: dict[str, Any],
+                 figures: dict[str, Any]) -> int:
+    """Write the five tables from a staged ingest (`folder`); returns the number of locations.
+
+    `commit` is the READY record: the dates each dated table's rows cover (counted when
+    staged), the quarantine count and the ingest's start time. Each write replaces this
+    dataset's rows of one table; all the inputs come from the staging folder, so a later
+    process can redo the writes identically (`finish_pending`).
+    """
+    from jobs.spark.catalog import write_table
+
+    staged = spark.read.parquet(str(folder / "union"))
+    dates = commit["dates"]
+    scope = {"dataset": dataset}
+    points, traj, slot_days, quarantine = _staged_tables(staged, dataset, commit["started_at"])
     loc_pd = pd.read_parquet(folder / LOCATIONS_FILE)
     loc_df = spark.createDataFrame(loc_pd, "dataset string, loc_id int, lat double, lon double")
     timings: dict[str, float] = {}

@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,23 @@ def _header_html(dataset: str, header: dict[str, Any]) -> str:
 def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
     """Write report.html and figures.json into out_dir; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    r = _report_parts(inputs)
+    sections = [*_summary_section(r), *_ldp_section(r), *_synthesis_section(r),
+                *_mobility_section(r), *_attacks_section(r), *_closing_sections(r)]
+    page = ("<!doctype html><html><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width'>"
+            f"<title>trajpriv report: {html.escape(inputs.dataset)}</title>"
+            f"<style>{STYLE}</style></head><body>" + "\n".join(sections) + "</body></html>")
+    html_path = out_dir / "report.html"
+    html_path.write_text(page, encoding="utf-8")
+    json_path = out_dir / "figures.json"
+    json_path.write_text(json.dumps(_figures(r), indent=1, allow_nan=False), encoding="utf-8")
+    return html_path, json_path
+
+
+def _report_parts(inputs: ReportInputs) -> SimpleNamespace:
+    """Every table, sentence, warning and chart of the report, computed once: the page's
+    sections and figures.json read them."""
     ev, synth_rows = split_synthesis_study(inputs.evaluation)
     synthesis = synthesis_study_table(synth_rows)
     ldp = ldp_error_table(ev)
@@ -220,26 +238,46 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "map": plot_map(inputs.map_points, inputs.locations),
         "training": plot_training(inputs.training),
     }
-    labels = {**MOBILITY_LABELS, "name": "method"}
-    attacked = not (membership.empty and home.empty and joint.empty)
-    sections = [
-        f"<h1>trajpriv report: {html.escape(inputs.dataset)}</h1>",
-        _header_html(inputs.dataset, inputs.header),
+    return SimpleNamespace(
+        inputs=inputs, synthesis=synthesis, ldp=ldp, mobility=mobility, longrange=longrange,
+        verdicts=verdicts, membership=membership, home=home, joint=joint, ldp_warn=ldp_warn,
+        mob_warn=mob_warn, spent=spent, words=words, warnings=warnings,
+        summary_warn=summary_warn, charts=charts, labels={**MOBILITY_LABELS, "name": "method"},
+        attacked=not (membership.empty and home.empty and joint.empty))
+
+
+def _summary_section(r: SimpleNamespace) -> list[str]:
+    """The title, the run's header and the summary in words."""
+    return [
+        f"<h1>trajpriv report: {html.escape(r.inputs.dataset)}</h1>",
+        _header_html(r.inputs.dataset, r.inputs.header),
         '<section id="summary"><h2>Summary</h2>',
-        "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in words) + "</ul>"
-        if words else "<p>(no evaluation figures in this run)</p>",
-        _warnings_html(summary_warn),
+        "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in r.words) + "</ul>"
+        if r.words else "<p>(no evaluation figures in this run)</p>",
+        _warnings_html(r.summary_warn),
         "</section>",
+    ]
+
+
+def _ldp_section(r: SimpleNamespace) -> list[str]:
+    """The LDP collection's error table and chart."""
+    return [
         '<section id="ldp"><h2>LDP collection: error of each mechanism</h2>',
         "<p>Each (mechanism, epsilon) of the latest study and the published release against "
         "the raw trajectories. NE: normalised error (lower is better); PRQ: share of points "
         "within the radius (higher is better); ACD and Kendall tau: how well the most visited "
         "locations keep their counts and order.</p>",
-        _warnings_html(ldp_warn),
-        table_html(ldp, labels=labels),
-        _figure("LDP error against epsilon", charts["ldp_error"],
+        _warnings_html(r.ldp_warn),
+        table_html(r.ldp, labels=r.labels),
+        _figure("LDP error against epsilon", r.charts["ldp_error"],
                 "One colour per mechanism; lines: the study, stars: the published release."),
         "</section>",
+    ]
+
+
+def _synthesis_section(r: SimpleNamespace) -> list[str]:
+    """The synthesis study: which method to publish."""
+    return [
         '<section id="synthesis-study"><h2>Synthesis study: which method to publish</h2>',
         "<p>Each synthesis method of <code>study.synthesis_methods</code> trained on the "
         "training days at the same epsilon (the configured training target) and scored "
@@ -247,23 +285,29 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "days (the trivial generator). JSD in nats, lower is better; <code>_sd</code>: the "
         "spread over the study's seeds. Trusted zone: these models are not released; only "
         "<code>train.method</code> is.</p>",
-        table_html(synthesis, labels={**labels, **LONGRANGE_LABELS,
+        table_html(r.synthesis, labels={**r.labels, **LONGRANGE_LABELS,
                                       "epsilon_spent": "epsilon spent"})
-        if not synthesis.empty
+        if not r.synthesis.empty
         else "<p>No synthesis study in this run (<code>study.synthesis_methods</code> is "
              "empty, or <code>trajpriv study</code> has not run).</p>",
         "</section>",
+    ]
+
+
+def _mobility_section(r: SimpleNamespace) -> list[str]:
+    """The mobility divergences, against uniform, and the long-range statistics."""
+    return [
         '<section id="mobility"><h2>Mobility divergences against real days</h2>',
         "<p>Jensen-Shannon divergence (nats, 0 = identical, ln 2 = 0.693 = nothing in common) "
         "of each statistic against real days. Synthetic models are judged against uniform "
         "random days from the public map; perturbed settings against the UNIFORM (LDP) "
         "mechanism at the same epsilon. Light red: no better than that uniform baseline; dark "
         "red: at the maximum ln 2.</p>",
-        _warnings_html(mob_warn),
-        table_html(mobility, css=_mobility_css(mobility), labels=labels),
+        _warnings_html(r.mob_warn),
+        table_html(r.mobility, css=_mobility_css(r.mobility), labels=r.labels),
         "<h3>Against uniform, in words</h3>",
-        table_html(verdicts, labels=labels),
-        _figure("Mobility divergences", charts["divergences"],
+        table_html(r.verdicts, labels=r.labels),
+        _figure("Mobility divergences", r.charts["divergences"],
                 "Lines: perturbed settings of the study by epsilon; stars: the published "
                 "release; diamonds: synthetic models at their training epsilon; dashed: uniform "
                 "random days; dotted: real training days (the floor)."),
@@ -276,66 +320,73 @@ def render_report(inputs: ReportInputs, out_dir: Path) -> tuple[Path, Path]:
         "real days' moves (higher is better: the real training days' row is what a synthesis "
         "as good as real days reaches, uniform random days the floor). Definitions: "
         "docs/concepts/statistics.md.</p>",
-        table_html(longrange, labels={**labels, **LONGRANGE_LABELS}),
+        table_html(r.longrange, labels={**r.labels, **LONGRANGE_LABELS}),
         "</section>",
+    ]
+
+
+def _attacks_section(r: SimpleNamespace) -> list[str]:
+    """The attacks on our own output."""
+    return [
         '<section id="attacks"><h2>Attacks on our own output</h2>',
-        "" if attacked else "<p>No attack figures in this run: run <code>trajpriv evaluate "
+        "" if r.attacked else "<p>No attack figures in this run: run <code>trajpriv evaluate "
         "--attacks</code> to fill this section.</p>",
         "<h3>Utility and attacks of the same model</h3>",
         "<p>Divergences next to the membership-inference AUCs of the same trained model "
         "(0.5 = the attacker cannot tell training days from held-out days).</p>",
-        table_html(joint, labels=labels),
+        table_html(r.joint, labels=r.labels),
         "<h3>Membership inference</h3>",
         "<p>On the attacker's held-out half of the candidate days; an interval containing 0.5 "
         "(AUC, balanced accuracy) or the FPR itself (TPR) means no signal at this sample "
         "size.</p>",
-        table_html(membership, labels=labels),
+        table_html(r.membership, labels=r.labels),
         "<h3>Home re-identification</h3>",
         "<p>Read between raw points (no protection) and the UNIFORM mechanism (chance).</p>",
-        table_html(home, labels=labels),
+        table_html(r.home, labels=r.labels),
         "</section>",
+    ]
+
+
+def _closing_sections(r: SimpleNamespace) -> list[str]:
+    """Privacy spent, the map, training curves and the stage runs."""
+    return [
         '<section id="privacy"><h2>Privacy spent</h2>',
-        f"<p>{html.escape(spent)}</p>" if spent else "",
-        table_html(inputs.privacy),
+        f"<p>{html.escape(r.spent)}</p>" if r.spent else "",
+        table_html(r.inputs.privacy),
         "</section>",
         '<section id="map"><h2>Map: real, perturbed and synthetic</h2>',
-        _figure("Map", charts["map"],
+        _figure("Map", r.charts["map"],
                 "A few pseudonymous users over the public location set (grey), equal-aspect "
                 "(longitude scaled by cos latitude); one colour per user, one line per "
                 "trajectory; synthetic days belong to no user (one colour per day)."),
         "</section>",
         '<section id="training"><h2>Training</h2>',
-        _figure("Training curves", charts["training"], "Per training round."),
+        _figure("Training curves", r.charts["training"], "Per training round."),
         "</section>",
         '<section id="runs"><h2>Stage runs</h2>',
-        table_html(inputs.runs),
+        table_html(r.inputs.runs),
         "</section>",
     ]
-    page = ("<!doctype html><html><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width'>"
-            f"<title>trajpriv report: {html.escape(inputs.dataset)}</title>"
-            f"<style>{STYLE}</style></head><body>" + "\n".join(sections) + "</body></html>")
-    html_path = out_dir / "report.html"
-    html_path.write_text(page, encoding="utf-8")
-    ev_all = inputs.evaluation
+
+
+def _figures(r: SimpleNamespace) -> dict:
+    """figures.json: the report's figures as JSON values."""
+    ev_all = r.inputs.evaluation
     evaluation = ev_all.assign(name=ev_all["method"].map(display)) if not ev_all.empty else ev_all
-    figures = jsonable({
-        "dataset": inputs.dataset,
-        "header": inputs.header,
-        "summary": words,
-        "warnings": warnings,
-        "tables": {"ldp_error": ldp, "synthesis_study": synthesis, "mobility": mobility,
-                   "longrange": longrange, "against_uniform": verdicts,
-                   "utility_and_attacks": joint, "privacy": inputs.privacy},
-        "against_uniform": verdicts,
-        "attacks": {"membership": membership, "home": home},
+    return jsonable({
+        "dataset": r.inputs.dataset,
+        "header": r.inputs.header,
+        "summary": r.words,
+        "warnings": r.warnings,
+        "tables": {"ldp_error": r.ldp, "synthesis_study": r.synthesis, "mobility": r.mobility,
+                   "longrange": r.longrange, "against_uniform": r.verdicts,
+                   "utility_and_attacks": r.joint, "privacy": r.inputs.privacy},
+        "against_uniform": r.verdicts,
+        "attacks": {"membership": r.membership, "home": r.home},
         "evaluation": evaluation,
-        "training": inputs.training,
-        "privacy": inputs.privacy,
-        "charts": {k: v[1] for k, v in charts.items() if v is not None},
-        "map_points": int(len(inputs.map_points)),
-        "figures_drawn": [k for k, v in charts.items() if v is not None],
+        "training": r.inputs.training,
+        "privacy": r.inputs.privacy,
+        "charts": {k: v[1] for k, v in r.charts.items() if v is not None},
+        "map_points": int(len(r.inputs.map_points)),
+        "figures_drawn": [k for k, v in r.charts.items() if v is not None],
     })
-    json_path = out_dir / "figures.json"
-    json_path.write_text(json.dumps(figures, indent=1, allow_nan=False), encoding="utf-8")
-    return html_path, json_path

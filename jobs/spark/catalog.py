@@ -15,12 +15,14 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from jobs.spark.tables import ALL, RUNS, Table, schema_differences
 from udfs.errors import InputDataError
@@ -301,31 +303,49 @@ def _spec_of(part: str) -> str:
     return ", ".join(f"{k}={_sql_literal(unquote(v))}" for k, v in pairs)
 
 
-def record_run(
-    spark: SparkSession,
-    *,
-    run_id: str,
-    stage: str,
-    config_yaml: str,
-    started_at: dt.datetime,
-    finished_at: dt.datetime,
-    status: str,
-    figures: Mapping[str, Any],
-) -> None:
-    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution).
+# Spark types of the simple DDL types the catalogue's columns use (`Table.columns`)
+_SIMPLE_TYPES = {"string": T.StringType, "date": T.DateType, "bigint": T.LongType,
+                 "int": T.IntegerType, "double": T.DoubleType, "timestamp": T.TimestampType,
+                 "boolean": T.BooleanType}
 
-    The config text never holds secrets: run seeds and the pseudonym key live in the raw zone.
-    """
-    row = (
-        run_id,
-        stage,
-        config_yaml,
-        started_at,
-        finished_at,
-        status,
-        json.dumps(figures, default=str, sort_keys=True),
-    )
-    append_table(spark.createDataFrame([row], RUNS.columns), RUNS)  # the catalogue's columns
+
+def spark_schema(table: Table, order: Iterable[str] | None = None,
+                 required: Iterable[str] = ()) -> T.StructType:
+    """The StructType of `table`'s columns, typed from the catalogue (their one home): in
+    `order` (default: the catalogue's), the `required` ones not nullable. Built without a
+    JVM, so a module may hold it at import."""
+    types = table.column_types()
+    names = list(types) if order is None else list(order)
+    unknown = sorted(set(names) - set(types)) + sorted(set(required) - set(names))
+    if unknown:
+        raise ValueError(f"{table}: no columns {unknown} to build a schema of")
+    need = set(required)
+    return T.StructType([T.StructField(n, _SIMPLE_TYPES[types[n]](), n not in need)
+                         for n in names])
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One stage execution as trajpriv_pub.runs holds it (its columns, in order; `figures`:
+    the public figures, stored as sorted JSON). The config text never holds secrets: run
+    seeds and the pseudonym key live in the raw zone."""
+
+    run_id: str
+    stage: str
+    config_yaml: str
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    status: str
+    figures: Mapping[str, Any]
+
+    def row(self) -> tuple:
+        return (self.run_id, self.stage, self.config_yaml, self.started_at, self.finished_at,
+                self.status, json.dumps(self.figures, default=str, sort_keys=True))
+
+
+def record_run(spark: SparkSession, record: RunRecord) -> None:
+    """Append one row to trajpriv_pub.runs (a run id is unique per stage execution)."""
+    append_table(spark.createDataFrame([record.row()], RUNS.columns), RUNS)  # its columns
 
 
 def catalogue_drift(spark: SparkSession) -> list[str]:

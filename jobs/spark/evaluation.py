@@ -1,10 +1,9 @@
 """Rows of `trajpriv_trusted.evaluation`: one metric value of one method at one setting of a run.
 
 Shared by every stage that measures something (collect: NE/PRQ/ACD/Kendall tau of each LDP
-mechanism; evaluate: divergences of synthetic data; attacks: AUCs). Schema:
-
-    run_id string, dataset string, method string, setting double, metric string, value double,
-    created_at timestamp        (partitioned by dataset, run_id, method)
+mechanism; evaluate: divergences of synthetic data; attacks: AUCs). Columns, types and
+partitioning: `jobs.spark.tables.EVALUATION` (their one home; `EVALUATION_SCHEMA` is built
+from it).
 
 `setting` is the method's privacy parameter (epsilon for LDP mechanisms, the Laplace noise for
 PateGAIL); `value` may be NaN where a metric is undefined (e.g. Kendall tau of a constant
@@ -21,22 +20,14 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from jobs.spark.catalog import write_table
+from jobs.spark.catalog import spark_schema, write_table
 from jobs.spark.tables import EVALUATION
 
-EVALUATION_SCHEMA = T.StructType(
-    [
-        T.StructField("run_id", T.StringType(), False),
-        T.StructField("dataset", T.StringType(), False),
-        T.StructField("method", T.StringType(), False),
-        T.StructField("setting", T.DoubleType(), True),
-        T.StructField("metric", T.StringType(), False),
-        T.StructField("value", T.DoubleType(), True),
-        T.StructField("created_at", T.TimestampType(), False),
-    ]
-)
+# the catalogue's columns in the order rows are built; only setting and value may be null
+EVALUATION_SCHEMA = spark_schema(
+    EVALUATION, order=("run_id", "dataset", "method", "setting", "metric", "value", "created_at"),
+    required=("run_id", "dataset", "method", "metric", "created_at"))
 METRIC_COLUMNS = ("method", "setting", "metric", "value")
 
 

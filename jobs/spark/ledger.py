@@ -23,7 +23,8 @@ less and never twice. Budgets are computed from each row's trajectory `date`, so
 Training appends one `spent` row per trained user (stage `train`, the run id as release id,
 epsilon and delta of the whole run, no date): one query gives a user's total.
 
-Row shape: LEDGER_SCHEMA; partitioned by (stage, release_id).
+Row shape: LEDGER_SCHEMA, built from `jobs.spark.tables.PRIVACY_LEDGER` (the columns' one home);
+partitioned by (stage, release_id).
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from jobs.spark.catalog import append_table, table_exists
+from jobs.spark.catalog import append_table, spark_schema, table_exists
 from jobs.spark.tables import PRIVACY_LEDGER
 from udfs.collect_plan import EPOCH
 
@@ -46,24 +46,7 @@ PLANNED, SPENT, PUBLISHED, REGISTERED, EVALUATED = (
     "planned", "spent", "published", "registered", "evaluated")
 MARKER_STATES = (PLANNED, PUBLISHED, REGISTERED, EVALUATED)
 
-LEDGER_SCHEMA = T.StructType(
-    [
-        T.StructField("dataset", T.StringType()),
-        T.StructField("user_id", T.StringType()),  # null on release marker rows
-        T.StructField("date", T.DateType()),  # the trajectory's date (null for training)
-        T.StructField("traj_id", T.LongType()),
-        T.StructField("traj_key", T.StringType()),  # as published in that release
-        T.StructField("run_id", T.StringType()),
-        T.StructField("mechanism", T.StringType()),
-        T.StructField("epsilon", T.DoubleType()),
-        T.StructField("delta", T.DoubleType()),
-        T.StructField("state", T.StringType()),
-        T.StructField("detail", T.StringType()),  # JSON, marker rows only
-        T.StructField("recorded_at", T.TimestampType()),
-        T.StructField("stage", T.StringType()),
-        T.StructField("release_id", T.StringType()),
-    ]
-)
+LEDGER_SCHEMA = spark_schema(PRIVACY_LEDGER)  # the catalogue's columns, in its order
 
 
 def now() -> dt.datetime:

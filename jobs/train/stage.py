@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import gc
 import logging
@@ -305,8 +306,8 @@ def run_learned(spark, cfg: Config, ctx) -> dict[str, Any]:
                  meta["n_users"], world, mc.rounds, mc.scheme, mc.privacy_model)
         # Charge the ledger before any release: the target epsilon is an upper bound of what
         # the run can spend (it stops before exceeding it), so a crash never under-counts.
-        charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"],
-                        ledger_model(mc), state="planned", epsilon=cfg.train.target_epsilon)
+        planned = planned_charge(cfg, ctx.run_id, resume_from, ledger_model(mc))
+        charge_training(spark, meta["user_ids"], planned)
         t1, t1_wall = time.perf_counter(), time.time()
         try:  # no summary, or a failed one: the ranks' files name the cause (rank_errors)
             result = launch(spark, cfg, job, world)
@@ -324,8 +325,8 @@ def run_learned(spark, cfg: Config, ctx) -> dict[str, Any]:
     write_trusted(out_dir, summary, split, meta)
     figures = figures_of(summary, mc, meta, t_stage, t_launch, out_dir)
     figures["warnings"] += plan_note
-    charge_training(spark, cfg, ctx.run_id, resume_from, meta["user_ids"], ledger_model(mc),
-                    state="spent", epsilon=float(figures["epsilon"]))
+    charge_training(spark, meta["user_ids"], dataclasses.replace(
+        planned, state="spent", epsilon=float(figures["epsilon"])))
     return figures
 
 
@@ -397,9 +398,8 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
         t_stage = time.perf_counter() - t0
         log.info("train %s: %d users, one DP Markov release (central privacy)", cfg.dataset,
                  meta["n_users"])
-        charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
-                        f"{cfg.train.method}:central", state="planned",
-                        epsilon=cfg.train.target_epsilon)
+        planned = planned_charge(cfg, ctx.run_id, None, f"{cfg.train.method}:central")
+        charge_training(spark, meta["user_ids"], planned)
         model, info = markov.fit(spark, cfg, staging, training_seed(cfg))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -408,8 +408,8 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
     figures = markov.figures_of(cfg, model, meta["n_users"],
                                 {"stage_s": t_stage, "fit_s": info["stats_s"] + info["release_s"]},
                                 out_dir)
-    charge_training(spark, cfg, ctx.run_id, None, meta["user_ids"],
-                    f"{cfg.train.method}:central", state="spent", epsilon=float(figures["epsilon"]))
+    charge_training(spark, meta["user_ids"], dataclasses.replace(
+        planned, state="spent", epsilon=float(figures["epsilon"])))
     return figures
 
 
@@ -423,17 +423,25 @@ def launch_phases(summary: dict, start: float) -> dict[str, float]:
     return {k: max(s[k] for s in stamps) - start for k in names if all(k in s for s in stamps)}
 
 
-def charge_training(spark, cfg: Config, run_id: str, resume_from: str | None, user_ids,
-                    model: str, *, state: str, epsilon: float) -> None:
-    """One ledger row per trained user (jobs.spark.ledger): `planned` at the target before the
-    ranks start, `spent` at the accounted epsilon after; a user's training total takes the
-    `spent` row of a run when there is one, else its `planned` upper bound. A resumed run
-    continues the killed run's accountant, so both share one release id (the first run's)."""
-    from jobs.spark.ledger import TrainingCharge, record_training
+def planned_charge(cfg: Config, run_id: str, resume_from: str | None, model: str):
+    """The run's `planned` ledger charge: the target epsilon, an upper bound of what the run
+    can spend; its `spent` charge is this one with the accounted epsilon
+    (`dataclasses.replace`). A resumed run continues the killed run's accountant, so both
+    share one release id (the first run's)."""
+    from jobs.spark.ledger import PLANNED, TrainingCharge
+
+    return TrainingCharge(cfg.dataset, run_id, model, cfg.train.target_epsilon, cfg.train.delta,
+                          PLANNED, release_id=resume_from or run_id)
+
+
+def charge_training(spark, user_ids, charge) -> None:
+    """One ledger row of `charge` per trained user (jobs.spark.ledger): `planned` before the
+    ranks start, `spent` after; a user's training total takes the `spent` row of a run when
+    there is one, else its `planned` upper bound."""
+    from jobs.spark.ledger import record_training
 
     users = spark.createDataFrame([(str(u),) for u in user_ids], "user_id string")
-    record_training(users, TrainingCharge(cfg.dataset, run_id, model, epsilon, cfg.train.delta,
-                                          state, release_id=resume_from or run_id))
+    record_training(users, charge)
 
 
 def ledger_model(mc: TrainConfig) -> str:

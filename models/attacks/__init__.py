@@ -16,6 +16,7 @@ Pure numpy / torch / scikit-learn: no pyspark, nothing from jobs/.
 from models.attacks.home import home_coverage, home_reidentification, infer_homes, true_homes
 from models.attacks.lira import (
     LiraSettings,
+    ShadowTrainer,
     Trained,
     critic_score,
     fit_trainer,
@@ -33,12 +34,12 @@ from models.attacks.membership import (
     split_member_days,
 )
 from models.attacks.report import AttackReport, AttackSettings, evaluate_attack
-from models.attacks.suite import membership_attacks
+from models.attacks.suite import AttackPlan, membership_attacks
 from models.attacks.target import TrainedRun, shadow_trainer
 
 __all__ = [
-    "AttackReport", "AttackSettings", "Candidates", "LiraSettings", "Trained", "TrainedRun",
-    "critic_score", "evaluate_attack",
+    "AttackPlan", "AttackReport", "AttackSettings", "Candidates", "LiraSettings", "ShadowTrainer",
+    "Trained", "TrainedRun", "critic_score", "evaluate_attack",
     "fit_trainer", "fit_with_critics", "home_coverage", "home_reidentification", "infer_homes",
     "lira_report", "lira_statistic", "load_critics", "membership_attacks", "policy_score",
     "reward_features", "run_lira", "run_membership", "shadow_trainer", "split_member_days",

@@ -194,23 +194,31 @@ def lira_report(target_scores: np.ndarray, shadow_scores: np.ndarray, in_mask: n
                                   "n_unscored": int((~ok).sum())})
 
 
-def run_lira(train: Callable[[TrainData, int], object] | None,
-             score: Callable[[object, Candidates], np.ndarray], target_model,
-             candidates: Candidates, template: TrainData, *, lira: LiraSettings = DEFAULT_LIRA,
-             settings: AttackSettings = DEFAULT_SETTINGS, name: str = "lira",
-             shadow_models: list | None = None) -> tuple[AttackReport, dict]:
-    """Train K shadows with `train(data, seed)` (shadow k on `shadow_masks(...)[k]`, seed
+@dataclass(frozen=True)
+class ShadowTrainer:
+    """How `run_lira` trains its shadows: `train(data, seed)` on `template`'s users, each
+    shadow with its share of the candidate days (`shadow_data`)."""
+
+    train: Callable[[TrainData, int], object]
+    template: TrainData
+
+
+def run_lira(shadows: ShadowTrainer | list, score: Callable[[object, Candidates], np.ndarray],
+             target_model, candidates: Candidates, *, lira: LiraSettings = DEFAULT_LIRA,
+             settings: AttackSettings = DEFAULT_SETTINGS, name: str = "lira"
+             ) -> tuple[AttackReport, dict]:
+    """Train K shadows with `shadows` (shadow k on `shadow_masks(...)[k]`, seed
     seed + 1000 + k), score the target and every shadow with `score(model, candidates)`, report
     LiRA on the evaluation half. Returns (report, {"shadows", "in_mask", "scores", "target"});
-    pass the shadows back as `shadow_models` (same K and seed) to reuse them with another score,
-    or call `lira_report` on the returned scores for the other variant."""
+    pass the returned shadows back as `shadows` (same K and seed) to reuse them with another
+    score, or call `lira_report` on the returned scores for the other variant."""
     n_shadows, seed = lira.n_shadows, settings.seed
     mask = shadow_masks(candidates, n_shadows, seed)
-    if shadow_models is None:
-        if train is None:
-            raise InvalidParameterError("pass `train` or ready `shadow_models`")
-        shadow_models = [train(shadow_data(candidates, mask[k], template), seed + 1000 + k)
-                         for k in range(n_shadows)]
+    if isinstance(shadows, ShadowTrainer):
+        shadow_models = [shadows.train(shadow_data(candidates, mask[k], shadows.template),
+                                       seed + 1000 + k) for k in range(n_shadows)]
+    else:
+        shadow_models = list(shadows)
     if len(shadow_models) != n_shadows:
         raise InvalidParameterError(f"got {len(shadow_models)} shadow models for K={n_shadows}")
     sh = np.stack([score(mdl, candidates) for mdl in shadow_models])
@@ -236,13 +244,14 @@ def fit_with_critics(config, data: TrainData, workdir=None) -> Trained:
     import dataclasses
     from pathlib import Path
 
+    from models.checkpoint import Checkpointing
     from models.train import fit
 
     if workdir is None:
         res = fit(config, data)
     else:
         cfg = dataclasses.replace(config, checkpoint_every=max(1, config.rounds))
-        res = fit(cfg, data, checkpoint_dir=Path(workdir))
+        res = fit(cfg, data, checkpoint=Checkpointing(Path(workdir)))
     return Trained(res, res.critics_state)
 
 

@@ -91,7 +91,7 @@ def load_critics(source) -> BatchedCritics:
     (x, users) -> (A, m) logits), a `models.critic_store.UserCritics`, an object with
     `user_critics()` (FitResult, `target.TrainedRun`), a run folder holding `critics/rank*.pt`
     (the ranks' shards, merged by user), a checkpoint folder / `latest.pt` written by
-    `fit(checkpoint_dir=...)`, a checkpoint dict, or an object with `critics_state` and
+    `fit(checkpoint=...)`, a checkpoint dict, or an object with `critics_state` and
     `config` (`lira.Trained`)."""
     if isinstance(source, BatchedCritics) or (callable(source) and hasattr(source, "n_users")):
         return source
@@ -105,7 +105,7 @@ def load_critics(source) -> BatchedCritics:
             return load_user_critics(p).module()
         p = p / "latest.pt" if p.is_dir() else p
         if not p.exists():
-            raise InputDataError(f"no checkpoint at {p}; train with fit(checkpoint_dir=...)")
+            raise InputDataError(f"no checkpoint at {p}; train with fit(checkpoint=...)")
         source = torch.load(p, weights_only=False)
     if isinstance(source, dict):
         state, cfg = source.get("critics"), source.get("config")
@@ -113,7 +113,7 @@ def load_critics(source) -> BatchedCritics:
         state, cfg = getattr(source, "critics_state", None), getattr(source, "config", None)
     if state is None or cfg is None:
         raise InputDataError("no critic weights found: pass critics, a checkpoint folder written "
-                             "by fit(checkpoint_dir=...), or a checkpoint dict")
+                             "by fit(checkpoint=...), or a checkpoint dict")
     rows = source.get("rows") if isinstance(source, dict) else None
     if rows is not None and not torch.equal(torch.as_tensor(rows).cpu(),
                                             torch.arange(len(rows))):
@@ -187,7 +187,7 @@ def day_reward_features(critics, feats: torch.Tensor, users: np.ndarray,
 
 
 def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *,
-                   settings: AttackSettings = DEFAULT_SETTINGS, n_estimators: int = 200,
+                   settings: AttackSettings = DEFAULT_SETTINGS,
                    name: str = "whitebox_mia", chunk_days: int | None = None,
                    traj: Trajectories | None = None) -> AttackReport:
     """White-box MIA: random forest on reward features, scored on a held-out half.
@@ -206,8 +206,9 @@ def run_membership(critics_source, coords: np.ndarray, candidates: Candidates, *
     x = day_reward_features(critics, feats, users, chunk_days)
     y = np.asarray(candidates.is_member, bool)
     ev = attack_split(y, users, settings.eval_fraction, settings.seed)
-    rf = RandomForestClassifier(n_estimators=n_estimators, min_samples_leaf=3, oob_score=True,
-                                class_weight="balanced", random_state=settings.seed, n_jobs=1)
+    rf = RandomForestClassifier(n_estimators=settings.forest_trees, min_samples_leaf=3,
+                                oob_score=True, class_weight="balanced",
+                                random_state=settings.seed, n_jobs=1)
     rf.fit(x[~ev], y[~ev])
     oob = np.nan_to_num(rf.oob_decision_function_[:, 1], nan=0.5)
     thr = best_threshold(oob, y[~ev])

@@ -31,13 +31,14 @@ from udfs.errors import InvalidParameterError
 class AttackSettings:
     """How every attack of a run is scored: the share of candidates held out for evaluation
     (`attack_split`, by user), the seed of that split, of the attacker's own fits and of the
-    bootstrap, the bootstrap replicates of each interval and the FPR of the TPR operating
-    point."""
+    bootstrap, the bootstrap replicates of each interval, the FPR of the TPR operating
+    point, and the trees of the white-box attacker's random forest."""
 
     eval_fraction: float = 0.5
     seed: int = 0
     n_boot: int = 500
     fpr: float = 0.01
+    forest_trees: int = 200
 
 
 DEFAULT_SETTINGS = AttackSettings()

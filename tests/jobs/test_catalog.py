@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spark.catalog import read_table, record_run, write_table
+from jobs.spark.catalog import RunRecord, read_table, record_run, write_table
 from udfs.errors import InputDataError
 
 pytestmark = pytest.mark.spark
@@ -65,8 +65,7 @@ def test_record_run_appends_one_row_per_execution(spark) -> None:
         else 0
     )
     for run_id in ("r-a", "r-b"):
-        record_run(
-            spark,
+        record_run(spark, RunRecord(
             run_id=run_id,
             stage="test",
             config_yaml="x: 1\n",
@@ -74,7 +73,7 @@ def test_record_run_appends_one_row_per_execution(spark) -> None:
             finished_at=now,
             status="ok",
             figures={"n": 3},
-        )
+        ))
     runs = spark.table("trajpriv_pub.runs").where("stage = 'test'")
     assert runs.count() - before == 2
     assert runs.where("run_id = 'r-b'").first()["figures"] == '{"n": 3}'

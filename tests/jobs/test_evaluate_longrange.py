@@ -57,7 +57,7 @@ def test_spark_summaries_equal_numpy_per_group(spark):
 
 def _write_inputs(spark, holdout: np.ndarray, train: np.ndarray, synth: np.ndarray) -> None:
     from jobs.spark import tables
-    from jobs.spark.catalog import record_run, write_table
+    from jobs.spark.catalog import RunRecord, record_run, write_table
 
     rng = np.random.default_rng(0)
     locs = pd.DataFrame({"dataset": DATASET, "loc_id": np.arange(N_LOC, dtype=np.int32),
@@ -81,8 +81,9 @@ def _write_inputs(spark, holdout: np.ndarray, train: np.ndarray, synth: np.ndarr
     write_table(spark.createDataFrame(syn, tables.SYNTHETIC_TRAJECTORIES.columns),
                 tables.SYNTHETIC_TRAJECTORIES, replace={"dataset": DATASET})
     now = dt.datetime(2026, 1, 1)
-    record_run(spark, run_id="lr-synth", stage="synthesize", config_yaml=f"dataset: {DATASET}",
-               started_at=now, finished_at=now, status="ok", figures={})
+    record_run(spark, RunRecord(run_id="lr-synth", stage="synthesize",
+                                config_yaml=f"dataset: {DATASET}", started_at=now,
+                                finished_at=now, status="ok", figures={}))
 
 
 def test_stage_writes_longrange_rows_beside_the_six_in_both_modes(spark, spark_config):

@@ -119,3 +119,19 @@ def test_every_column_of_every_table_has_a_comment():
         assert all(text.strip() for text in comments.values()), table
     view = ALL["trajpriv_pub.perturbed_points"].view_columns()
     assert view.startswith("(release_id COMMENT '") and view.endswith("')")
+
+
+def test_ledger_and_evaluation_schemas_are_the_catalogues_columns():
+    """Their row schemas are typed from the catalogue, not declared a second time."""
+    from jobs.spark.catalog import spark_schema
+    from jobs.spark.evaluation import EVALUATION_SCHEMA
+    from jobs.spark.ledger import LEDGER_SCHEMA
+
+    for schema, table in ((LEDGER_SCHEMA, tables.PRIVACY_LEDGER),
+                          (EVALUATION_SCHEMA, tables.EVALUATION)):
+        assert {f.name: f.dataType.simpleString() for f in schema.fields} == table.column_types()
+    assert LEDGER_SCHEMA.fieldNames() == list(tables.PRIVACY_LEDGER.column_types())
+    nullable = {f.name for f in EVALUATION_SCHEMA.fields if f.nullable}
+    assert nullable == {"setting", "value"}
+    with pytest.raises(ValueError, match="no columns"):
+        spark_schema(tables.EVALUATION, order=("run_id", "nope"))

@@ -12,6 +12,7 @@ import torch
 
 from models.attacks.lira import (
     LiraSettings,
+    ShadowTrainer,
     lira_statistic,
     policy_log_likelihood,
     run_lira,
@@ -90,7 +91,7 @@ def test_run_lira_catches_a_memorising_generator_and_not_an_ignoring_one(online)
     train, cands = split_member_days(data, 0.7, seed=0)
     for memorise in (True, False):
         target = _train(memorise)(train, 99)
-        rep, extra = run_lira(_train(memorise), _score, target, cands, data,
+        rep, extra = run_lira(ShadowTrainer(_train(memorise), data), _score, target, cands,
                               lira=LiraSettings(n_shadows=4, online=online),
                               settings=AttackSettings(n_boot=100, seed=0))
         assert extra["scores"].shape == (4, len(cands.days))

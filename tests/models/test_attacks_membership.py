@@ -50,8 +50,8 @@ def test_memorising_critic_is_caught(setup):
     data, train, cands = setup
     env = MobilityEnv(data.coords, k_nearest=1)
     members = [day_features(env, d).reshape(-1, FEATURE_DIM) for d in train.days_per_user]
-    rep = run_membership(MemorisingCritics(members), data.coords, cands, n_estimators=100,
-                         settings=AttackSettings(n_boot=100, seed=0))
+    rep = run_membership(MemorisingCritics(members), data.coords, cands,
+                         settings=AttackSettings(n_boot=100, seed=0, forest_trees=100))
     n_eval = rep.n_members + rep.n_nonmembers
     assert abs(n_eval - len(cands.days) / 2) <= 2 * data.n_users  # half, +-1 per (user, label)
     assert rep.auc > 0.9 and rep.auc_ci[0] > 0.8
@@ -62,8 +62,8 @@ def test_memorising_critic_is_caught(setup):
 def test_critic_that_ignores_its_data_stays_at_chance(setup):
     data, _, cands = setup
     untrained = BatchedCritics(data.n_users, FEATURE_DIM, 16, torch.Generator().manual_seed(5))
-    rep = run_membership(untrained, data.coords, cands, n_estimators=100,
-                         settings=AttackSettings(n_boot=100, seed=0))
+    rep = run_membership(untrained, data.coords, cands,
+                         settings=AttackSettings(n_boot=100, seed=0, forest_trees=100))
     assert abs(rep.auc - 0.5) < 0.2
     assert abs(rep.balanced_accuracy - 0.5) < 0.2
 
@@ -106,7 +106,7 @@ def test_critics_come_back_from_a_checkpoint(tmp_path):
     for k, v in load_critics(model).state_dict().items():
         assert torch.equal(v, crit.state_dict()[k])
     rep = run_membership(model, data.coords, Candidates(cands.days, cands.users, cands.is_member),
-                         n_estimators=20, settings=AttackSettings(n_boot=20))
+                         settings=AttackSettings(n_boot=20, forest_trees=20))
     assert 0 <= rep.auc <= 1
-    with pytest.raises(InputDataError, match="fit\\(checkpoint_dir"):
+    with pytest.raises(InputDataError, match="fit\\(checkpoint="):
         load_critics(tmp_path / "nothing")

@@ -6,16 +6,17 @@ import pytest
 import torch
 from torch import nn
 
+from models.critic_step import CriticStep
+from models.critic_training import _chunk_losses_and_grads, critic_update
 from models.critics import (
     BatchedAdam,
     BatchedCritics,
+    CriticLoss,
+    Minibatch,
     SingleCritic,
-    _chunk_losses_and_grads,
     _distinct_rows,
     critic_losses,
     critic_rewards,
-    critic_step,
-    critic_update,
     local_moments,
     sample_batches,
 )
@@ -44,7 +45,7 @@ def test_batched_step_equals_a_per_user_loop(kind):
         gs = torch.Generator().manual_seed(10 + step)
         real_b, gen_b, alpha = sample_batches(real, counts, gen_feats, users, 8,
                                               torch.Generator().manual_seed(10 + step))
-        critic_step(crit, bopt, real, counts, gen_feats, users, 8, kind, 10.0, gs)
+        CriticStep(crit, bopt, real, counts, 4, 8, kind, 10.0).own_draws(gen_feats, users, gs)
         for i, u in enumerate(users.tolist()):
             def single(x, c=loop[u]):
                 return c(x)
@@ -154,8 +155,9 @@ def test_closed_form_step_equals_the_autograd_step(kind, spectral, users):
         rb, gb, al = sample_batches(real, counts, gen_feats, users, 8,
                                     torch.Generator().manual_seed(20 + step))
         want = _autograd_step(ref, opts[0], rb, gb, al, users, kind, 10.0)
-        got = critic_update(mine, opts[1], rb, gb, al, users, kind, 10.0)
-        got_one = critic_update(one, opts[2], rb, gb, al, users, kind, 10.0, tile=1)
+        got = critic_update(mine, opts[1], Minibatch(rb, gb, al), users, CriticLoss(kind, 10.0))
+        got_one = critic_update(one, opts[2], Minibatch(rb, gb, al), users, CriticLoss(kind, 10.0),
+                                tile=1)
         assert torch.allclose(got, want, atol=1e-3) and torch.allclose(got_one, want, atol=1e-3)
     for c, o in ((mine, opts[1]), (one, opts[2])):
         for (name, p), q in zip(ref.state_dict().items(), c.state_dict().values(), strict=True):
@@ -259,7 +261,8 @@ def test_update_after_sharding_and_resume_equals_the_reference(kind):
     def step(crit, opt, k):
         rb, gb, al = sample_batches(real, counts, gen_feats, users, 8,
                                     torch.Generator().manual_seed(30 + k))
-        return critic_update(crit, opt, rb, gb, al, users, kind, 10.0, tile=1000)
+        return critic_update(crit, opt, Minibatch(rb, gb, al), users, CriticLoss(kind, 10.0),
+                             tile=1000)
 
     step(ref, ref_opt, 0)
     step(ref, ref_opt, 1)
@@ -285,8 +288,8 @@ def test_adam_never_moves_the_constant_entries_of_the_layout():
     before = crit.flat().clone()
     users = torch.tensor([2, 0, 3])
     for k in range(3):
-        critic_step(crit, opt, real, counts, gen_feats, users, 8, "wgan", 10.0,
-                    torch.Generator().manual_seed(k))
+        CriticStep(crit, opt, real, counts, 4, 8, "wgan", 10.0).own_draws(
+            gen_feats, users, torch.Generator().manual_seed(k))
     lay, flat = crit.layout, crit.flat()
     const = torch.ones(lay.size, dtype=torch.bool)
     for view in lay.params(const[None]):
@@ -304,8 +307,8 @@ def test_adam_must_hold_the_critics_parameters():
     real, counts, gen_feats = _data(u=2)
     opt = BatchedAdam(list(other.parameters()))
     with pytest.raises(ValueError, match="must hold the critics' parameters"):
-        critic_step(crit, opt, real, counts, gen_feats, torch.arange(2), 4, "wgan", 10.0,
-                    torch.Generator().manual_seed(0))
+        CriticStep(crit, opt, real, counts, 2, 4, "wgan", 10.0).own_draws(
+            gen_feats, torch.arange(2), torch.Generator().manual_seed(0))
 
 
 def test_sample_batches_draws_each_users_own_rows():
@@ -371,7 +374,7 @@ def test_mixed_participation_equals_a_per_user_loop(kind):
         users = torch.tensor(users)
         rb, gb, al = sample_batches(real, counts, gen_feats, users, 8,
                                     torch.Generator().manual_seed(40 + step))
-        critic_update(crit, bopt, rb, gb, al, users, kind, 10.0)
+        critic_update(crit, bopt, Minibatch(rb, gb, al), users, CriticLoss(kind, 10.0))
         for i, u in enumerate(users.tolist()):
             loss = critic_losses(lambda x, c=loop[u]: c(x), rb[i:i + 1], gb[i:i + 1],
                                  al[i:i + 1], kind, 10.0)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.checkpoint import Checkpointing
 from models.config import TrainConfig
 from models.env import EXPLORE, HOME, N_BANDS, RETURN, STAY, EnvState, MobilityEnv
 from models.policy import (
@@ -19,7 +20,7 @@ from models.policy import (
     joint_log_prob,
     sample_destinations,
 )
-from models.ppo import PPOSettings, ppo_update, rollout
+from models.ppo import Experience, PPOSettings, ppo_update, rollout
 from models.synthesis import synthesize
 from models.train import fit
 from tests.models._toy import tiny_config, toy_data
@@ -179,7 +180,7 @@ def test_ppo_moves_destinations_toward_a_rewarded_band(destination):
         t = ro.traj
         band = env.distance_band(t.loc, t.targets)
         rewards = ((t.actions == EXPLORE) & (band >= far)).float()
-        ppo_update(pol, val, opt, ro, rewards, env, settings, g)
+        ppo_update(pol, val, opt, Experience(ro, rewards, env), settings, g)
     after = _far_mass(pol, env, probe, far)
     assert 0.2 < before < 0.8
     if destination == "learned":
@@ -197,8 +198,8 @@ def test_learned_destinations_resume_and_synthesize_round_trip(tmp_path):
     data = toy_data()
     cfg = tiny_config(rounds=4, destination="learned", noise=0.05)
     whole = fit(cfg, data)
-    part = fit(cfg, data, checkpoint_dir=tmp_path, stop_after=2)
-    resumed = fit(cfg, data, checkpoint_dir=tmp_path, resume=True)
+    part = fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=2)
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert part.rounds_done == 2 and resumed.rounds_done == 4
     assert [h["reward_mean"] for h in whole.history] == [h["reward_mean"]
                                                          for h in resumed.history]

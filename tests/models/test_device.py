@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from models.checkpoint import load_checkpoint
+from models.checkpoint import Checkpointing, load_checkpoint
 from models.train import _Run, fit
 from tests.models._toy import toy_data
 from tests.models.test_train import TINY, _same
@@ -36,7 +36,7 @@ def test_explicit_cpu_device_is_the_default_bit_for_bit(tmp_path):
               *run.value.parameters(), *run.critics.parameters(), run.critic_opt.t]
     assert {t.device.type for t in placed} == {"cpu"}
     default = fit(SMALL, data)
-    explicit = fit(SMALL, data, device=torch.device("cpu"), checkpoint_dir=tmp_path)
+    explicit = fit(SMALL, data, device=torch.device("cpu"), checkpoint=Checkpointing(tmp_path))
     _same(default, explicit)
     for k, v in default.critics_state.items():
         assert torch.equal(v, explicit.critics_state[k]), k
@@ -61,7 +61,7 @@ def test_cuda_fit_matches_cpu_fit(tmp_path):
     assert {t.device.type for t in placed} == {"cuda"}
     del run
     cpu = fit(SMALL, data)
-    gpu = fit(SMALL, data, device=dev, checkpoint_dir=tmp_path)
+    gpu = fit(SMALL, data, device=dev, checkpoint=Checkpointing(tmp_path))
     assert all(t.device.type == "cpu" for t in _tensors(load_checkpoint(tmp_path)))
     assert all(t.device.type == "cpu" for t in _tensors([gpu.policy_state, gpu.critics_state,
                                                          gpu.start_probs]))
@@ -80,6 +80,6 @@ def test_cuda_fit_matches_cpu_fit(tmp_path):
     for k, v in cpu.critics_state.items():
         torch.testing.assert_close(gpu.critics_state[k], v, atol=ATOL_WEIGHTS, rtol=0, msg=k)
     # a checkpoint written on the GPU resumes (here on the CPU) and finishes the run
-    resumed = fit(dataclasses.replace(SMALL, rounds=3), data, checkpoint_dir=tmp_path,
-                  resume=True)
+    resumed = fit(dataclasses.replace(SMALL, rounds=3), data,
+                  checkpoint=Checkpointing(tmp_path, resume=True))
     assert resumed.rounds_done == 3

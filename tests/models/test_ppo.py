@@ -5,7 +5,7 @@ import torch
 from models.config import TrainConfig
 from models.env import MobilityEnv
 from models.policy import PolicyNet, ValueNet
-from models.ppo import PPOSettings, gae, ppo_update, rollout
+from models.ppo import Experience, PPOSettings, gae, ppo_update, rollout
 from tests.models._toy import toy_data
 
 
@@ -37,7 +37,7 @@ def test_ratio_is_one_first_then_moves():
     opt = torch.optim.Adam(list(pol.parameters()) + list(val.parameters()), lr=1e-2)
     rewards = torch.rand(ro.logp.shape, generator=g)
     settings = PPOSettings.of(TrainConfig(ppo_epochs=3, ppo_minibatch=10_000))
-    st = ppo_update(pol, val, opt, ro, rewards, env, settings, g)
+    st = ppo_update(pol, val, opt, Experience(ro, rewards, env), settings, g)
     assert st["ratio_maxdev"][0] < 1e-6  # stored old log-probs: exactly the rollout policy
     assert st["ratio_maxdev"][1] > 1e-4 and st["ratio_maxdev"][2] > 1e-4
 
@@ -46,7 +46,7 @@ def test_clipping_engages_with_a_large_step():
     env, pol, val, ro, g = _setup(1)
     opt = torch.optim.SGD(list(pol.parameters()) + list(val.parameters()), lr=5.0)
     rewards = torch.rand(ro.logp.shape, generator=g) * 10
-    st = ppo_update(pol, val, opt, ro, rewards, env,
+    st = ppo_update(pol, val, opt, Experience(ro, rewards, env),
                     PPOSettings.of(TrainConfig(ppo_epochs=3, ppo_minibatch=10_000,
                                                 max_grad_norm=100.0)), g)
     assert st["clip_frac"][0] == 0.0

@@ -14,6 +14,7 @@ import torch
 from dp_accounting.rdp import RdpAccountant
 
 from models.budget import pairs_per_round, planned_epsilon
+from models.checkpoint import Checkpointing
 from models.config import TrainConfig
 from models.markov import fit_markov
 from models.policy import PolicyNet
@@ -114,8 +115,8 @@ def test_a_resumed_run_does_not_pay_for_the_markov_release_twice(tmp_path):
     data = toy_data(n_users=6)
     cfg = _cfg()
     whole = fit(cfg, data)
-    fit(cfg, data, checkpoint_dir=tmp_path, stop_after=1)
-    resumed = fit(cfg, data, checkpoint_dir=tmp_path, resume=True)
+    fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=1)
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert resumed.rounds_done == whole.rounds_done == 3
     assert resumed.accountant == whole.accountant  # one Markov release, three rounds
     assert resumed.accountant_state == whole.accountant_state

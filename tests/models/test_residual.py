@@ -76,8 +76,9 @@ def test_a_saved_residual_policy_restores_as_one(release):
 def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.ndarray:
     """`rounds` PPO updates of the training loop's own code (`sharded_ppo_update`, one
     process) on all-zero rewards, then N days of the policy."""
-    from models.ppo import PPOSettings, rollout
-    from models.train import ActorCritic, LocalComm, sharded_ppo_update
+    from models.ppo import Experience, PPOSettings, rollout
+    from models.train import ActorCritic, LocalComm
+    from models.train_round import sharded_ppo_update
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -90,8 +91,8 @@ def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.n
     g.manual_seed(1)
     for _ in range(rounds):
         ro = rollout(pol, val, env, torch.multinomial(start, 64, True, generator=g), g)
-        sharded_ppo_update(module, module, opt, ro, torch.zeros(64, 47), env, s, [g], 1,
-                           LocalComm())
+        sharded_ppo_update(module, module, opt, Experience(ro, torch.zeros(64, 47), env), s,
+                           [g], LocalComm())
     return _policy_days(pol, coords, model, seed=2)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.checkpoint import Checkpointing
 from models.config import TrainConfig
 from models.env import MobilityEnv
 from models.starts import HierarchicalStarts, kd_levels, start_mass
@@ -34,9 +35,9 @@ def _same(a, b):
 def test_stop_and_resume_equals_uninterrupted(tmp_path):
     data = toy_data()
     whole = fit(TINY, data)
-    part = fit(TINY, data, checkpoint_dir=tmp_path, stop_after=2)
+    part = fit(TINY, data, checkpoint=Checkpointing(tmp_path), stop_after=2)
     assert part.rounds_done == 2
-    resumed = fit(TINY, data, checkpoint_dir=tmp_path, resume=True)
+    resumed = fit(TINY, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert resumed.rounds_done == 4
     _same(whole, resumed)
     assert not [p for p in tmp_path.iterdir() if p.name != "latest.pt"]  # no temp leftovers
@@ -44,9 +45,10 @@ def test_stop_and_resume_equals_uninterrupted(tmp_path):
 
 def test_resume_with_another_config_refuses(tmp_path):
     data = toy_data()
-    fit(TINY, data, checkpoint_dir=tmp_path, stop_after=1)
+    fit(TINY, data, checkpoint=Checkpointing(tmp_path), stop_after=1)
     with pytest.raises(ConfigError, match=r"\['noise'\] differ"):
-        fit(dataclasses.replace(TINY, noise=0.9), data, checkpoint_dir=tmp_path, resume=True)
+        fit(dataclasses.replace(TINY, noise=0.9), data,
+            checkpoint=Checkpointing(tmp_path, resume=True))
 
 
 @pytest.mark.parametrize("scheme,kind", [("pategail", "bce"), ("ldp", "wgan"),

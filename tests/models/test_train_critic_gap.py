@@ -12,7 +12,8 @@ import logging
 import pytest
 import torch
 
-import models.train as train_mod
+import models.train_round as round_mod  # where the round scores the moments
+from models.checkpoint import Checkpointing
 from models.config import TrainConfig
 from models.critics import BatchedCritics, real_pair_sample, real_reward_means
 from models.distributed import RankJob, check_summary
@@ -45,17 +46,17 @@ def test_gap_matches_a_direct_computation_from_the_critics():
     run = _Run(cfg, data)
     run.setup()
     seen: dict = {}
-    real_local_moments = train_mod.local_moments
+    real_local_moments = round_mod.local_moments
 
     def spy(critics, feats, users, chunk):
         seen["feats"] = feats.clone()
         return real_local_moments(critics, feats, users, chunk)
 
-    train_mod.local_moments, saved = spy, train_mod.local_moments
+    round_mod.local_moments, saved = spy, round_mod.local_moments
     try:
         rec = run.one_round()
     finally:
-        train_mod.local_moments = saved
+        round_mod.local_moments = saved
     # the critics are not trained after scoring (PPO moves the policy only)
     with torch.no_grad():
         gaps = []
@@ -146,8 +147,8 @@ def test_resume_does_not_pretrain_again(tmp_path, monkeypatch):
         real(self)
 
     monkeypatch.setattr(_Run, "pretrain_critics", counting)
-    fit(cfg, data, checkpoint_dir=tmp_path, stop_after=1)
-    resumed = fit(cfg, data, checkpoint_dir=tmp_path, resume=True)
+    fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=1)
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert calls == [0]  # the first start only
     strip = [{k: v for k, v in h.items() if k != "seconds"} for h in whole.history]
     assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed.history] == strip
@@ -158,14 +159,15 @@ def test_resume_of_an_older_checkpoint_counts_the_field_as_zero(tmp_path):
     with another value is refused like any other changed field."""
     data = toy_data()
     cfg = tiny_config()
-    fit(cfg, data, checkpoint_dir=tmp_path, stop_after=1)
+    fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=1)
     ck = torch.load(tmp_path / "latest.pt", weights_only=False)
     del ck["config"]["critic_pretrain_steps"]
     torch.save(ck, tmp_path / "latest.pt")
-    assert fit(cfg, data, checkpoint_dir=tmp_path, resume=True).rounds_done == cfg.rounds
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
+    assert resumed.rounds_done == cfg.rounds
     with pytest.raises(ConfigError, match="critic_pretrain_steps"):
-        fit(dataclasses.replace(cfg, critic_pretrain_steps=5), data, checkpoint_dir=tmp_path,
-            resume=True)
+        fit(dataclasses.replace(cfg, critic_pretrain_steps=5), data,
+            checkpoint=Checkpointing(tmp_path, resume=True))
 
 
 def test_negative_pretraining_is_refused():

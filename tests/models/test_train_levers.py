@@ -16,7 +16,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy import stats
 
 from models.budget import pairs_per_round, planned_epsilon, start_events
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models.checkpoint import Checkpointing, load_checkpoint, save_checkpoint
 from models.train import fit, participants
 from tests.models._toy import tiny_config, toy_data
 
@@ -196,13 +196,13 @@ def test_checkpoint_from_before_the_levers_resumes(tmp_path):
     data = toy_data()
     cfg = tiny_config(rounds=2)
     whole = fit(cfg, data)
-    fit(cfg, data, checkpoint_dir=tmp_path, stop_after=1)
+    fit(cfg, data, checkpoint=Checkpointing(tmp_path), stop_after=1)
     ck = load_checkpoint(tmp_path)
     for k in ("mechanism", "sampling"):
         del ck["config"][k]
     assert ck["accountant"].pop("events") == []
     save_checkpoint(ck, tmp_path)
-    resumed = fit(cfg, data, checkpoint_dir=tmp_path, resume=True)
+    resumed = fit(cfg, data, checkpoint=Checkpointing(tmp_path, resume=True))
     assert resumed.rounds_done == 2
     assert resumed.accountant == whole.accountant
     assert dataclasses.asdict(resumed.config) == dataclasses.asdict(whole.config)

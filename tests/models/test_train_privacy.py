@@ -51,16 +51,17 @@ def test_ldp_never_sums_unperturbed_rewards_or_starts(scheme, monkeypatch):
     """Before: the ranks all-reduced the users' exact reward sums (for `reward_raw_mean`) and
     the exact start histogram in LDP mode."""
     import models.train as train_mod
+    import models.train_round as round_mod  # where the round scores the rewards
 
     scored: list[torch.Tensor] = []
-    real_rewards = train_mod.critic_rewards
+    real_rewards = round_mod.critic_rewards
 
     def spy_rewards(*args, **kwargs):
         out = real_rewards(*args, **kwargs)
         scored.append(out.detach().cpu().double())
         return out
 
-    monkeypatch.setattr(train_mod, "critic_rewards", spy_rewards)
+    monkeypatch.setattr(round_mod, "critic_rewards", spy_rewards)
     data = toy_data()
     cfg = tiny_config(scheme=scheme, rounds=2, participation=1.0)
     assert cfg.privacy_model == "local"
@@ -70,6 +71,7 @@ def test_ldp_never_sums_unperturbed_rewards_or_starts(scheme, monkeypatch):
     for _ in range(2):
         run.history.append(run.one_round())
         run.round += 1
+    assert scored, "the spy must see the round's scoring"
     exact = [r.sum(0) for r in scored] + [start_mass(data.days_per_user, len(data.coords))]
     for t in comm.reduced:
         for e in exact:

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.checkpoint import load_checkpoint
+from models.checkpoint import Checkpointing, load_checkpoint
 from models.train import fit
 from tests.models._toy import tiny_config, tiny_overrides, toy_data
 from udfs.faults import CHECKPOINT, PREFIX, TRAIN
@@ -297,9 +297,10 @@ def test_fit_killed_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     round's file in place, and resuming from it reproduces the uninterrupted run."""
     folder = tmp_path / "ckpt"
     code = ("import torch; torch.set_num_threads(1); from models.train import fit;"
+            "from models.checkpoint import Checkpointing;"
             "from tests.reliability.test_train_faults import TINY;"
             "from tests.models._toy import tiny_config, tiny_overrides, toy_data;"
-            f"fit(TINY, toy_data(n_users=6), checkpoint_dir={str(folder)!r}, blocks=2)")
+            f"fit(TINY, toy_data(n_users=6), checkpoint=Checkpointing({str(folder)!r}), blocks=2)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env=_env(**{CHECKPOINT: "2:ckpt"}), timeout=LIMIT_S)
     assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
@@ -309,7 +310,8 @@ def test_fit_killed_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     torch.set_num_threads(1)  # as in the killed process: same kernels, same bits
     try:
         whole = fit(TINY, toy_data(n_users=6), blocks=2)
-        resumed = fit(TINY, toy_data(n_users=6), checkpoint_dir=folder, resume=True, blocks=2)
+        resumed = fit(TINY, toy_data(n_users=6), checkpoint=Checkpointing(folder, resume=True),
+                      blocks=2)
     finally:
         torch.set_num_threads(threads)
     _same(whole.policy_state, resumed.policy_state, "policy")

@@ -365,47 +365,51 @@ def bounded_records(record: pd.Series) -> pd.Series:
     return out
 
 
-def parsed_frame(
-    *,
-    source: str,
-    line: np.ndarray,
-    record: pd.Series,
-    user_id: pd.Series,
-    ts: pd.Series,
-    lat: np.ndarray,
-    lon: np.ndarray,
-    reason: pd.Series,
-    end_ts: pd.Series | None = None,
-    given_loc: pd.Series | None = None,
-) -> pd.DataFrame:
-    """Assemble a parsed frame with PARSED_COLUMNS and canonical dtypes."""
-    n = len(record)
-    idx = pd.RangeIndex(n)
-    frame = pd.DataFrame(
-        {
-            "source": pd.Series([source] * n, index=idx, dtype=object),
-            "line": pd.Series(np.asarray(line, dtype=np.int64), index=idx),
-            "record": pd.Series(bounded_records(record.reset_index(drop=True))
-                                .to_numpy(dtype=object), index=idx),
-            "user_id": pd.Series(user_id.to_numpy(dtype=object), index=idx),
-            "ts": pd.Series(_micros(ts), index=idx),
-            "end_ts": pd.Series(
-                _micros(end_ts)
-                if end_ts is not None
-                else np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]"),
-                index=idx,
-            ),
-            "lat": pd.Series(np.asarray(lat, dtype=np.float64), index=idx),
-            "lon": pd.Series(np.asarray(lon, dtype=np.float64), index=idx),
-            "given_loc": pd.Series(
-                given_loc.to_numpy(dtype=object) if given_loc is not None else [None] * n,
-                index=idx,
-                dtype=object,
-            ),
-            "reason": pd.Series(reason.to_numpy(dtype=object), index=idx, dtype=object),
-        }
-    )
-    return frame
+@dataclass(frozen=True, kw_only=True)
+class ParsedColumns:
+    """What a reader parsed from one file, a value per line; `frame()` assembles the parsed
+    frame. end_ts / given_loc: None where the source has no such column."""
+
+    source: str
+    line: np.ndarray
+    record: pd.Series
+    user_id: pd.Series
+    ts: pd.Series
+    lat: np.ndarray
+    lon: np.ndarray
+    reason: pd.Series
+    end_ts: pd.Series | None = None
+    given_loc: pd.Series | None = None
+
+    def frame(self) -> pd.DataFrame:
+        """The parsed frame with PARSED_COLUMNS and canonical dtypes."""
+        n = len(self.record)
+        idx = pd.RangeIndex(n)
+        return pd.DataFrame(
+            {
+                "source": pd.Series([self.source] * n, index=idx, dtype=object),
+                "line": pd.Series(np.asarray(self.line, dtype=np.int64), index=idx),
+                "record": pd.Series(bounded_records(self.record.reset_index(drop=True))
+                                    .to_numpy(dtype=object), index=idx),
+                "user_id": pd.Series(self.user_id.to_numpy(dtype=object), index=idx),
+                "ts": pd.Series(_micros(self.ts), index=idx),
+                "end_ts": pd.Series(
+                    _micros(self.end_ts)
+                    if self.end_ts is not None
+                    else np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]"),
+                    index=idx,
+                ),
+                "lat": pd.Series(np.asarray(self.lat, dtype=np.float64), index=idx),
+                "lon": pd.Series(np.asarray(self.lon, dtype=np.float64), index=idx),
+                "given_loc": pd.Series(
+                    self.given_loc.to_numpy(dtype=object) if self.given_loc is not None
+                    else [None] * n,
+                    index=idx,
+                    dtype=object,
+                ),
+                "reason": pd.Series(self.reason.to_numpy(dtype=object), index=idx, dtype=object),
+            }
+        )
 
 
 def _micros(ts: pd.Series) -> np.ndarray:
@@ -447,24 +451,32 @@ def timestamp_checks(ts: pd.Series, window: Window,
     ]
 
 
-def line_reasons(
-    lines: Lines,
-    count: np.ndarray,
-    n_fields: int,
-    unparsable: np.ndarray,
+def value_checks(
     lat: np.ndarray,
     lon: np.ndarray,
     ts: pd.Series,
     window: Window,
     ts_bad: list[tuple[np.ndarray, str]] | None = None,
+) -> list[tuple[np.ndarray, str]]:
+    """The (mask, reason) checks of the parsed values, in priority order: the coordinate
+    checks, then the timestamp checks (`ts_bad`: further checks of the timestamps, such as an
+    end that does not parse, checked before the start's)."""
+    return [*coordinate_checks(lat, lon), *(ts_bad or []), *timestamp_checks(ts, window)]
+
+
+def line_reasons(
+    lines: Lines,
+    count: np.ndarray,
+    n_fields: int,
+    unparsable: np.ndarray,
+    values: list[tuple[np.ndarray, str]],
 ) -> pd.Series:
     """Each line's quarantine reason (None = accepted), the same rules for every text reader.
 
     In priority order: non-UTF-8 bytes, a control character, too few fields (truncated), too
-    many fields or a field that does not parse (`unparsable`), the coordinate checks, the
-    timestamp checks (`ts_bad`: further (mask, reason) checks of the timestamps, such as an
-    end that does not parse, checked before the start's). A final line
-    without its newline that fails a check was most likely cut short: it says truncated.
+    many fields or a field that does not parse (`unparsable`), then the checks of the parsed
+    values (`value_checks`). A final line without its newline that fails a check was most
+    likely cut short: it says truncated.
     """
     checks = [
         (lines.non_utf8, Reason.NON_UTF8.value),
@@ -472,9 +484,7 @@ def line_reasons(
         (count < n_fields, Reason.TRUNCATED_LINE.value),
         (count > n_fields, Reason.UNPARSABLE_LINE.value),
         (unparsable, Reason.UNPARSABLE_LINE.value),
-        *coordinate_checks(lat, lon),
-        *(ts_bad or []),
-        *timestamp_checks(ts, window),
+        *values,
     ]
     reason = first_reason(len(count), checks)
     cut = lines.unterminated & reason.notna().to_numpy() & ~lines.non_utf8 & ~lines.control

@@ -21,16 +21,17 @@ import pandas as pd
 from jobs.config import format_holds_year
 from jobs.ingest.readers.common import (
     Lines,
+    ParsedColumns,
     Reason,
     Window,
     line_reasons,
     normalise_name,
     parse_datetime,
     parse_float,
-    parsed_frame,
     split_fields,
     split_lines,
     split_quoted,
+    value_checks,
 )
 from udfs.errors import InputDataError
 
@@ -200,6 +201,25 @@ def count_timestamps(values: np.ndarray, spec: TableSpec) -> tuple[pd.Series, np
     return ts, finite & ~ok
 
 
+def _end_times(end_text: pd.Series, ts: pd.Series, spec: TableSpec
+               ) -> tuple[pd.Series, list[tuple[np.ndarray, str]]]:
+    """The stays' end times and their (mask, reason) checks: out of range, written but not
+    parsable, before the start."""
+    end_ts, end_far = parse_timestamps(end_text, spec)
+    if spec.day is not None:  # a clock time before the start: the stay ended next day
+        end_ts = end_ts.where(~(end_ts < ts), end_ts + pd.Timedelta(days=1))
+    # A dated end before its start is no stay: quarantined, not clamped to the start.
+    before = (end_ts < ts).to_numpy(dtype=bool)
+    # an end that is written but does not parse is no missing end (it was read as one)
+    garbage = end_ts.isna().to_numpy() & ~end_far
+    if garbage.any():  # of the NaT ends, the written ones that are no "missing" word
+        words = end_text[garbage].fillna("").astype(str).str.strip().str.lower()
+        garbage[garbage] = ~words.isin(_NO_END).to_numpy()
+    return end_ts, [(end_far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
+                    (garbage, Reason.UNPARSABLE_TIMESTAMP.value),
+                    (before, Reason.END_BEFORE_START.value)]
+
+
 def parse_delimited(
     content: bytes, path: str, spec: TableSpec, window: Window, *, header: str | None = None
 ) -> pd.DataFrame:
@@ -230,26 +250,14 @@ def parse_delimited(
     ts_bad = [(ts_far, Reason.TIMESTAMP_OUT_OF_RANGE.value)]
     end_ts = None
     if "end" in roles:
-        end_text = col("end")
-        end_ts, end_far = parse_timestamps(end_text, spec)
-        if spec.day is not None:  # a clock time before the start: the stay ended next day
-            end_ts = end_ts.where(~(end_ts < ts), end_ts + pd.Timedelta(days=1))
-        # A dated end before its start is no stay: quarantined, not clamped to the start.
-        before = (end_ts < ts).to_numpy(dtype=bool)
-        # an end that is written but does not parse is no missing end (it was read as one)
-        garbage = end_ts.isna().to_numpy() & ~end_far
-        if garbage.any():  # of the NaT ends, the written ones that are no "missing" word
-            words = end_text[garbage].fillna("").astype(str).str.strip().str.lower()
-            garbage[garbage] = ~words.isin(_NO_END).to_numpy()
-        ts_bad += [(end_far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
-                   (garbage, Reason.UNPARSABLE_TIMESTAMP.value),
-                   (before, Reason.END_BEFORE_START.value)]
+        end_ts, end_bad = _end_times(col("end"), ts, spec)
+        ts_bad += end_bad
     user = col("user")  # as written: ` u1` and `u1` are two users (no silent merge)
     no_user = (user.fillna("").str.strip() == "").to_numpy()
     given = col("loc", strip=True).replace("", None) if "loc" in roles else None
-    reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad, lat, lon, ts, window,
-                          ts_bad)
-    return parsed_frame(
+    reason = line_reasons(lines, count, n_cols, no_user | lat_bad | lon_bad,
+                          value_checks(lat, lon, ts, window, ts_bad))
+    return ParsedColumns(
         source=path,
         line=lines.line,
         record=lines.text,
@@ -260,4 +268,4 @@ def parse_delimited(
         lon=lon,
         reason=reason,
         given_loc=given,
-    )
+    ).frame()

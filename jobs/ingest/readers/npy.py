@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from jobs.ingest.readers.common import (
+    ParsedColumns,
     Reason,
     Window,
     coordinate_checks,
     first_reason,
-    parsed_frame,
     timestamp_checks,
 )
 from jobs.ingest.readers.delimited import TableSpec, count_timestamps, resolve_header
@@ -123,6 +123,6 @@ def parse_npy(content: bytes, path: str, spec: TableSpec, window: Window) -> pd.
         (far, Reason.TIMESTAMP_OUT_OF_RANGE.value),
         *timestamp_checks(ts, window),
     ])
-    return parsed_frame(source=path, line=np.arange(1, n + 1), record=_records(array),
-                        user_id=user, ts=ts, lat=lat, lon=lon, reason=reason,
-                        given_loc=given)
+    return ParsedColumns(source=path, line=np.arange(1, n + 1), record=_records(array),
+                         user_id=user, ts=ts, lat=lat, lon=lon, reason=reason,
+                         given_loc=given).frame()

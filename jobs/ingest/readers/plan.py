@@ -16,11 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from jobs.config import Config
+from jobs.config.data import IngestConfig
 from jobs.ingest.locmap import Grid, Locations, LocationSet, km_grid, load_locations
 from jobs.ingest.readers import npy, slots48, telecom
 from jobs.ingest.readers.delimited import file_date, resolve_header
 from jobs.ingest.readers.pipeline import ReaderOptions
-from jobs.ingest.readers.sources import PARQUET_SOURCES, SOURCES
+from jobs.ingest.readers.sources import PARQUET_SOURCES, SOURCES, RecordSource
 from udfs.errors import InputDataError
 
 
@@ -93,21 +94,45 @@ def plan_inputs(cfg: Config) -> InputPlan:
     if all(f.stat().st_size == 0 for f in files):
         raise InputDataError(f"input {path} is empty: {len(files)} file(s), all of 0 bytes")
     files = [f for f in files if f.stat().st_size > 0]
-    if locs is not None:
-        locations: Locations | None = load_locations(locs, icfg.locations_format)
-    elif icfg.grid_km is not None:  # a public grid over the configured (public) box
-        locations = km_grid(icfg.grid_km, icfg.grid_bbox)
-    elif source.locations == "grid":
-        locations = Grid(icfg.grid_deg, icfg.grid_bbox)
-    elif source.locations == "records":
-        locations = None
-    else:
-        raise InputDataError(
-            f"telecom records at {path} need a location set: set ingest.locations_path, or "
-            "ingest.grid_km with ingest.grid_bbox for a grid (or run datagen, which writes "
-            f"{cfg.storage.landing / cfg.dataset / 'stations.csv'})"
-        )
+    locations = _plan_locations(cfg, source, path, locs)
     _check_arrays(files, locations, opts, path)
+    parquet = _check_parquet(files, source, icfg, path)
+    plan = InputPlan(
+        "parquet" if parquet else "text",
+        [str(f) for f in files],
+        locations=locations,
+        opts=opts,
+        where=str(path),
+    )
+    if plan.kind == "text" and source.spec is not None and not npy.is_npy(files[0]):
+        _check_text_heads(plan, files, opts, path)
+    return plan
+
+
+def _plan_locations(cfg: Config, source: RecordSource, path: Path,
+                    locs: Path | None) -> Locations | None:
+    """The location set the records are mapped to: the given file, a public grid, or none
+    (records that carry their own coordinates)."""
+    icfg = cfg.ingest
+    if locs is not None:
+        return load_locations(locs, icfg.locations_format)
+    if icfg.grid_km is not None:  # a public grid over the configured (public) box
+        return km_grid(icfg.grid_km, icfg.grid_bbox)
+    if source.locations == "grid":
+        return Grid(icfg.grid_deg, icfg.grid_bbox)
+    if source.locations == "records":
+        return None
+    raise InputDataError(
+        f"telecom records at {path} need a location set: set ingest.locations_path, or "
+        "ingest.grid_km with ingest.grid_bbox for a grid (or run datagen, which writes "
+        f"{cfg.storage.landing / cfg.dataset / 'stations.csv'})"
+    )
+
+
+def _check_parquet(files: list[Path], source: RecordSource, icfg: IngestConfig,
+                   path: Path) -> list[Path]:
+    """The Parquet files among `files`, checked: a source that reads Parquet, no text files
+    beside them, no date_from, readable, microsecond timestamps, every role's column."""
     parquet = [f for f in files if f.name.lower().endswith(".parquet")]
     if parquet and not source.parquet:
         raise InputDataError(f"{parquet[0]}: Parquet input is read for source "
@@ -134,26 +159,24 @@ def plan_inputs(cfg: Config) -> InputPlan:
         missing = telecom.missing_roles(names)
         if missing:
             raise InputDataError(f"{f}: Parquet records lack columns for {missing} (have {names})")
-    plan = InputPlan(
-        "parquet" if parquet else "text",
-        [str(f) for f in files],
-        locations=locations,
-        opts=opts,
-        where=str(path),
-    )
-    if plan.kind == "text" and source.spec is not None and not npy.is_npy(files[0]):
-        from jobs.ingest.readers.pipeline import table_spec
+    return parquet
 
-        spec = table_spec(opts)
-        if not spec.header:  # the given columns must name every role, whatever the files
-            resolve_header(spec.header_line(None), spec, f"{path} (ingest.columns)")
-        for f in files if opts.date_from else []:  # every file must name its day
-            file_date(str(f), opts.date_from, opts.date_format, opts.date_year)
-        for f in files if spec.header else []:
-            head = _head(f, spec.encoding)
-            resolve_header(head, spec, str(f))  # raises naming the file and the missing column
-            plan.headers[str(f)] = head
-    return plan
+
+def _check_text_heads(plan: InputPlan, files: list[Path], opts: ReaderOptions,
+                      path: Path) -> None:
+    """Text tables: the columns name every role, every file names its day (date_from), and
+    each file's header resolves (kept in `plan.headers`)."""
+    from jobs.ingest.readers.pipeline import table_spec
+
+    spec = table_spec(opts)
+    if not spec.header:  # the given columns must name every role, whatever the files
+        resolve_header(spec.header_line(None), spec, f"{path} (ingest.columns)")
+    for f in files if opts.date_from else []:  # every file must name its day
+        file_date(str(f), opts.date_from, opts.date_format, opts.date_year)
+    for f in files if spec.header else []:
+        head = _head(f, spec.encoding)
+        resolve_header(head, spec, str(f))  # raises naming the file and the missing column
+        plan.headers[str(f)] = head
 
 
 def _check_arrays(files: list[Path], locations: Locations | None, opts: ReaderOptions,

@@ -12,13 +12,14 @@ from pathlib import PurePath
 import pandas as pd
 
 from jobs.ingest.readers.common import (
+    ParsedColumns,
     Window,
     line_reasons,
     parse_datetime,
     parse_float,
-    parsed_frame,
     split_fields,
     split_lines,
+    value_checks,
 )
 
 HEADER_LINES = 6
@@ -43,9 +44,10 @@ def parse_plt(content: bytes, path: str, window: Window) -> pd.DataFrame:
     date = fields[5].fillna("").astype(str).str.strip()
     time = fields[6].fillna("").astype(str).str.strip()
     ts = parse_datetime(date + " " + time)
-    reason = line_reasons(lines, count, N_FIELDS, lat_bad | lon_bad | alt_bad, lat, lon, ts, window)
+    reason = line_reasons(lines, count, N_FIELDS, lat_bad | lon_bad | alt_bad,
+                          value_checks(lat, lon, ts, window))
     n = len(fields)
-    return parsed_frame(
+    return ParsedColumns(
         source=path,
         line=lines.line,
         record=lines.text,
@@ -54,4 +56,4 @@ def parse_plt(content: bytes, path: str, window: Window) -> pd.DataFrame:
         lat=lat,
         lon=lon,
         reason=reason,
-    )
+    ).frame()

@@ -44,6 +44,21 @@ def resolve(path: Path) -> tuple[Path, Path | None]:
     return (path, path) if path.name.endswith(".csv") else (path, None)
 
 
+def _line_heads(fields: pd.DataFrame, n: int, per_user: bool
+                ) -> tuple[pd.Series, np.ndarray, np.ndarray]:
+    """Each line's user, whether its head (user, day number) is unusable, and its day index;
+    without per-user heads each line is a user of its own (`row<i>`) on day 0."""
+    if not per_user:
+        return (pd.Series([f"row{i}" for i in range(n)], dtype=object),
+                np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64))
+    user = fields[0].fillna("").str.strip()
+    day_num = pd.to_numeric(fields[1], errors="coerce")
+    bad_head = (user == "").to_numpy() | ~(
+        day_num.notna() & (day_num.fillna(-1) >= 0) & (day_num.fillna(0) % 1 == 0)
+    ).to_numpy()
+    return user, bad_head, day_num.fillna(0).astype(np.int64).to_numpy()
+
+
 def parse_slots(
     content: bytes, path: str, *, per_user: bool, n_locations: int, origin: dt.date
 ) -> pd.DataFrame:
@@ -66,17 +81,7 @@ def parse_slots(
     not_int = ~whole.all(axis=1)
     ids = np.where(whole, values, -1).astype(np.int64)
     unknown = ~not_int & ((ids < 0) | (ids >= n_locations)).any(axis=1)
-    if per_user:
-        user = fields[0].fillna("").str.strip()
-        day_num = pd.to_numeric(fields[1], errors="coerce")
-        bad_head = (user == "").to_numpy() | ~(
-            day_num.notna() & (day_num.fillna(-1) >= 0) & (day_num.fillna(0) % 1 == 0)
-        ).to_numpy()
-        day_idx = day_num.fillna(0).astype(np.int64).to_numpy()
-    else:
-        user = pd.Series([f"row{i}" for i in range(n)], dtype=object)
-        bad_head = np.zeros(n, dtype=bool)
-        day_idx = np.zeros(n, dtype=np.int64)
+    user, bad_head, day_idx = _line_heads(fields, n, per_user)
     reason = first_reason(
         n,
         [

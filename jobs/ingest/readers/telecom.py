@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 
 from jobs.ingest.readers.common import (
+    ParsedColumns,
     Reason,
     Window,
     coordinate_checks,
     first_reason,
     normalise_name,
     parse_datetime,
-    parsed_frame,
     timestamp_checks,
 )
 from jobs.ingest.readers.delimited import (
@@ -120,7 +120,7 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
             *timestamp_checks(ts, window),
         ],
     )
-    return parsed_frame(
+    return ParsedColumns(
         source=path,
         line=np.arange(first_row, first_row + n),
         record=record.reset_index(drop=True),
@@ -131,4 +131,4 @@ def parse_frame(batch: pd.DataFrame, path: str, window: Window, first_row: int =
         lon=lon,
         reason=reason,
         given_loc=given.reset_index(drop=True) if given is not None else None,
-    )
+    ).frame()
