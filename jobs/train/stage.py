@@ -325,8 +325,7 @@ def run_learned(spark, cfg: Config, ctx) -> dict[str, Any]:
     write_trusted(out_dir, summary, split, meta)
     figures = figures_of(summary, mc, meta, t_stage, t_launch, out_dir)
     figures["warnings"] += plan_note
-    charge_training(spark, meta["user_ids"], dataclasses.replace(
-        planned, state="spent", epsilon=float(figures["epsilon"])))
+    charge_training(spark, meta["user_ids"], spent_charge(planned, figures["epsilon"]))
     return figures
 
 
@@ -351,7 +350,6 @@ def plan_rounds(cfg: Config, mc: TrainConfig, n_users: int, coords
     target (`models.budget.noise_for_epsilon`; a function of the config and the number of
     users, both public); otherwise a plan that runs out of budget early is said in the log and
     in the run's warnings, with the noise that would fit. Returns (config, warnings)."""
-    import dataclasses
 
     from models.budget import noise_for_epsilon
 
@@ -408,8 +406,7 @@ def run_markov(spark, cfg: Config, ctx) -> dict[str, Any]:
     figures = markov.figures_of(cfg, model, meta["n_users"],
                                 {"stage_s": t_stage, "fit_s": info["stats_s"] + info["release_s"]},
                                 out_dir)
-    charge_training(spark, meta["user_ids"], dataclasses.replace(
-        planned, state="spent", epsilon=float(figures["epsilon"])))
+    charge_training(spark, meta["user_ids"], spent_charge(planned, figures["epsilon"]))
     return figures
 
 
@@ -426,12 +423,19 @@ def launch_phases(summary: dict, start: float) -> dict[str, float]:
 def planned_charge(cfg: Config, run_id: str, resume_from: str | None, model: str):
     """The run's `planned` ledger charge: the target epsilon, an upper bound of what the run
     can spend; its `spent` charge is this one with the accounted epsilon
-    (`dataclasses.replace`). A resumed run continues the killed run's accountant, so both
+    (`spent_charge`). A resumed run continues the killed run's accountant, so both
     share one release id (the first run's)."""
     from jobs.spark.ledger import PLANNED, TrainingCharge
 
     return TrainingCharge(cfg.dataset, run_id, model, cfg.train.target_epsilon, cfg.train.delta,
                           PLANNED, release_id=resume_from or run_id)
+
+
+def spent_charge(planned, epsilon: float):
+    """The run's `spent` charge: its `planned` one at the accounted epsilon."""
+    from jobs.spark.ledger import SPENT
+
+    return dataclasses.replace(planned, state=SPENT, epsilon=float(epsilon))
 
 
 def charge_training(spark, user_ids, charge) -> None:
