@@ -124,7 +124,6 @@ FILE_SECONDS = {
     "tests/jobs/test_evaluate_attacks.py": 65,
     "tests/jobs/test_train_markov_spark.py": 55,
     "tests/jobs/test_catalog.py": 40,
-    "tests/jobs/test_cluster_submit.py": 40,
     "tests/jobs/test_evaluate_longrange.py": 35,
 }
 

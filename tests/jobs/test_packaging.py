@@ -2,8 +2,8 @@
 
 The build is the Makefile's command (`python -m build --no-isolation`, the `dist` fixture of
 tests/jobs/conftest.py): the sdist first, then the wheel from the unpacked sdist, so a file the
-sdist forgets is missing from the wheel too. tests/jobs/test_cluster_submit.py runs the zip on a
-standalone cluster.
+sdist forgets is missing from the wheel too. tests/reliability/test_standalone_pipeline.py runs the
+zip on a standalone cluster.
 """
 
 from __future__ import annotations

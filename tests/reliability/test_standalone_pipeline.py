@@ -1,22 +1,25 @@
 """The whole pipeline on a Spark standalone cluster with the PostgreSQL metastore.
 
 A master and two workers from pyspark's `bin/spark-class` (one core and 1 GiB each;
-tests/jobs/test_cluster_submit.py `standalone_cluster`), a private PostgreSQL server as the Hive
-metastore (tests/reliability/test_postgres_metastore.py), then:
+tests/reliability/standalone_support.py), a private PostgreSQL server as the Hive metastore
+(tests/reliability/test_postgres_metastore.py), then:
 
 1. `trajpriv run`: every stage of the embedded default made small, in one Spark session whose
    master is the cluster; training is PateGAIL in barrier mode (`train.local_mode=false`), its
    two ranks one barrier task on each worker's executor;
-2. one stage (`report`) submitted as the DAG submits it: `spark-submit --py-files
-   dist/trajpriv.zip jobs/submit.py report --config=... --run-id=... --set=...`, with a Python
-   that cannot see the checkout (the zip alone carries the project).
+2. one stage (`report`) submitted as the README's cluster recipe and the DAG submit it:
+   `spark-submit --py-files dist/trajpriv.zip jobs/submit.py report --run-id=... --set=...`
+   from another folder, with a Python that cannot see the checkout (the zip alone carries the
+   project to the driver and the executors) and no `--config`: the packaged config inside the
+   zip is the default, and its data root is `$TRAJPRIV_HOME/data`, not the working directory.
 
 What it checks: both exit 0; every stage's row in `trajpriv_pub.runs` is `ok`; the tables of
 every zone hold rows (read with pyarrow from the warehouse) and are registered in PostgreSQL (the
 metastore's own `TBLS`, views included); training ran in barrier mode on the executors (the
 application's Spark event log: a barrier stage of two tasks that succeeded on two different
 executors, each on its own worker; the train run's figures say two ranks); the submitted stage
-ran on the cluster with the zip on its executors and wrote its report.html.
+ran on the cluster with the zip on its executors, in the root under `$TRAJPRIV_HOME`, and wrote
+its report.html there (nothing under its working directory).
 
 Nothing waits on a race: the session waits until both executors have registered
 (`spark.scheduler.minRegisteredResourcesRatio=1` of `spark.cores.max=2`) before its first job,
@@ -42,10 +45,10 @@ import yaml
 from jobs.config import STAGES
 from jobs.spark import metastore_pg
 from tests.jobs.conftest import dist  # noqa: F401  (the fixture: `make dist`'s folder)
-from tests.jobs.test_cluster_submit import (
+from tests.reliability.standalone_support import (
     ROOT,
     SPARK_HOME,
-    _python_without_checkout,
+    python_without_checkout,
     standalone_cluster,
 )
 from tests.reliability.test_postgres_metastore import (
@@ -171,19 +174,23 @@ def test_the_whole_pipeline_on_a_standalone_cluster(dist: Path, tmp_path: Path):
         assert len(apps) == 1, apps
         run_app = apps[0]
 
-        # 2. one stage as the DAG's task submits it: the zip, a Python without the checkout
-        python = _python_without_checkout(tmp_path)
+        # 2. one stage as the DAG's task submits it: the zip, a Python without the checkout,
+        # the packaged config (no --config, no storage.root): the root is $TRAJPRIV_HOME/data
+        python = python_without_checkout(tmp_path)
+        elsewhere = tmp_path / "elsewhere"  # not the checkout
+        elsewhere.mkdir()
+        probe = subprocess.run([str(python), "-c", "import jobs"], cwd=elsewhere, env=env,
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert probe.returncode != 0 and "No module named 'jobs'" in probe.stderr, probe.stderr
         submit = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", url,
                   "--name", "trajpriv-report-20260105",
                   "--conf", "spark.driver.extraJavaOptions="
                             "-Dderby.storage.useDefaultFilePermissions=false",
                   "--py-files", str(dist / "trajpriv.zip"), str(ROOT / "jobs" / "submit.py"),
-                  "report", f"--config={config}", f"--run-id={RUN_ID}",
-                  *(f"--set={s}" for s in sets)]
-        submit_env = {**env, "PYSPARK_PYTHON": str(python),
+                  "report", f"--run-id={RUN_ID}",
+                  *(f"--set={s}" for s in sets if not s.startswith("storage.root="))]
+        submit_env = {**env, "PYSPARK_PYTHON": str(python), "TRAJPRIV_HOME": str(tmp_path),
                       "PYSPARK_DRIVER_PYTHON": str(python), "PYTHONSAFEPATH": "1"}
-        elsewhere = tmp_path / "elsewhere"  # not the checkout
-        elsewhere.mkdir()
         job = subprocess.run(submit, cwd=elsewhere, env=submit_env, capture_output=True,
                              text=True, timeout=SUBMIT_LIMIT_S, check=False)
         assert job.returncode == 0, (f"spark-submit report exited {job.returncode}:\n"
