@@ -164,9 +164,14 @@ def main() -> None:
     ap.add_argument("--residual", default="",
                     help="markov_share list (rho) of residual rows (see the doc)")
     ap.add_argument("--kl-coef", type=float, default=TrainConfig.kl_coef)
+    ap.add_argument("--residual-actions", default="on",
+                    help="on, off or on,off: residual rows that train the action residual, "
+                         "that keep the release's actions (train.residual_actions), or both")
     ap.add_argument("--markov2-share", type=float, default=Markov2Settings.second_share)
     ap.add_argument("--markov2-threshold", type=float, default=Markov2Settings.threshold)
     args = ap.parse_args()
+    if set(args.residual_actions.split(",")) - {"on", "off"}:
+        ap.error(f"--residual-actions takes on, off or on,off; got {args.residual_actions!r}")
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("absl").setLevel(logging.ERROR)
@@ -212,15 +217,18 @@ def main() -> None:
         variants = [(c, m, d, s) for c in args.schemes.split(",") if c
                     for m in args.mechanisms.split(",") if m
                     for d in args.destinations.split(",") if d for s in shares]
-        variants += [(c, m, "residual", s) for c in args.schemes.split(",") if c
-                     for m in args.mechanisms.split(",") if m for s in residual]
-        for scheme, mech, dest, share in variants:
+        variants = [(*v, True) for v in variants]
+        variants += [(c, m, "residual", s, acts == "on") for c in args.schemes.split(",") if c
+                     for m in args.mechanisms.split(",") if m for s in residual
+                     for acts in args.residual_actions.split(",") if acts]
+        for scheme, mech, dest, share, train_actions in variants:
             pre = ({} if share is None else
                    {"pretrain": "markov", "markov_share": share, "target_epsilon": e,
                     "bc_epochs": args.bc_epochs, "bc_days": args.bc_days,
                     "markov_dest_weight": args.markov_dest_weight})
             if dest == "residual":  # the release is the parametrisation: no cloning
-                pre.update(markov_share_unit="rho", bc_epochs=0, kl_coef=args.kl_coef)
+                pre.update(markov_share_unit="rho", bc_epochs=0, kl_coef=args.kl_coef,
+                           residual_actions=train_actions)
             base = TrainConfig(rounds=args.rounds, episodes_per_round=args.episodes,
                                scheme=scheme, critic_kind=None, mechanism=mech, beta=0.0,
                                start_hist_epsilon=args.start_share * e, delta=DELTA,
@@ -242,7 +250,8 @@ def main() -> None:
                      + f" {mech.capitalize()}" + (" learned dest" if dest == "learned" else "")
                      + ("" if share is None or dest == "residual"
                         else f" + Markov pre-training ({share:g})")
-                     + (f" residual on Markov (rho share {share:g}, KL {args.kl_coef:g})"
+                     + (f" residual on Markov (rho share {share:g}, KL {args.kl_coef:g}"
+                        + ("" if train_actions else ", destinations only") + ")"
                         if dest == "residual" else ""))
             rows.append({"method": label, "epsilon": e,
                          "setting": f"sd {sd:.3g}", **summarise(runs, (*COLUMNS, "spent",

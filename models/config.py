@@ -100,6 +100,11 @@ class TrainConfig:
     # move tables plus a zero-initialised residual over every location (models/residual.py);
     # its rounds are held near the release by kl_coef
     destination: str = "public"
+    # residual policy: whether its rounds train the action residual r_theta too. False keeps
+    # pi(a | s) exactly the release's (its head frozen at zero) and trains the destination
+    # residual d_theta alone: the rounds then cannot move the statistics of the day's shape
+    # (stay lengths, motifs, returns home), only where the moves go
+    residual_actions: bool = True
     # critics
     critic_kind: str | None = None  # bce | wgan; None: the scheme's paper (PAPER_CRITIC)
     lambda_gp: float = 10.0
@@ -259,6 +264,9 @@ class TrainConfig:
             raise bad("markov_dest_weight", "must lie in [0, 1]")
         if self.kl_coef < 0 or not math.isfinite(self.kl_coef):
             raise bad("kl_coef", "must be finite and >= 0")
+        if not self.residual_actions and self.destination != "residual":
+            raise bad("residual_actions", "false only applies to destination \"residual\" (the "
+                      "action residual of the release's policy)")
         if self.destination == "residual" and self.pretrain != "markov":
             raise bad("destination", "the residual policy is parametrised on the DP Markov "
                       "release: set pretrain='markov'")

@@ -145,10 +145,12 @@ class PolicyNet(nn.Module):
     destination="learned" also pi(target | s, a) (`self.dest`, see the module doc); with
     destination="residual" the logits are the DP Markov release's plus a zero-initialised
     residual, and the destination head is `models.residual.ResidualDestinations` (its tables
-    filled by `use_release`; `n_cells`: the release's number of move cells)."""
+    filled by `use_release`; `n_cells`: the release's number of move cells). `train_actions`
+    False (residual only) freezes r_theta at zero: pi(a | s) stays the release's exactly, and
+    training moves the destination residual and the trunk it reads."""
 
     def __init__(self, n_locations: int, loc_dim: int = 16, slot_dim: int = 8, hidden: int = 64,
-                 destination: str = "public", n_cells: int = 1):
+                 destination: str = "public", n_cells: int = 1, train_actions: bool = True):
         super().__init__()
         if destination not in DESTINATIONS:
             raise InvalidParameterError(f"destination must be one of {DESTINATIONS}; got "
@@ -165,6 +167,9 @@ class PolicyNet(nn.Module):
             self.dest = ResidualDestinations(hidden, n_locations, n_cells)
             nn.init.zeros_(self.head.weight)  # r_theta = 0: the release's action distribution
             nn.init.zeros_(self.head.bias)
+            # frozen: no gradient, so the optimisers (which skip parameters without one) never
+            # move it, and the KL penalty's action part stays exactly zero
+            self.head.requires_grad_(train_actions)
 
     @property
     def residual(self) -> bool:

@@ -271,7 +271,8 @@ class _Run(RoundSteps):
         with torch.random.fork_rng(devices=[]):  # nn init uses the global RNG: fence it
             torch.manual_seed(int(torch.randint(2**62, (1,), generator=self.gens["init"])))
             self.policy = PolicyNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden,
-                                    cfg.destination, n_move_cells(data.coords, cfg))
+                                    cfg.destination, n_move_cells(data.coords, cfg),
+                                    cfg.residual_actions)
             self.value = ValueNet(n_loc, cfg.loc_dim, cfg.slot_dim, cfg.policy_hidden)
         self.module = ActorCritic(self.policy, self.value).to(self.device)  # CPU init, moved
         self.model = self.comm.wrap(self.module)

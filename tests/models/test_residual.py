@@ -73,16 +73,20 @@ def test_a_saved_residual_policy_restores_as_one(release):
         assert torch.equal(v, back.state_dict()[k]), k
 
 
-def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.ndarray:
-    """`rounds` PPO updates of the training loop's own code (`sharded_ppo_update`, one
-    process) on all-zero rewards, then N days of the policy."""
+def _trained(coords, model, kl_coef: float, rounds: int = 10, *, random_rewards: bool = False,
+             train_actions: bool = True) -> PolicyNet:
+    """The residual policy after `rounds` PPO updates of the training loop's own code
+    (`sharded_ppo_update`, one process) on all-zero rewards, or on random ones."""
     from models.ppo import Experience, PPOSettings, rollout
     from models.train import ActorCritic, LocalComm
     from models.train_round import sharded_ppo_update
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        pol, val = residual_policy(coords, model), ValueNet(len(coords), 4, 4, 16)
+        pol = PolicyNet(len(coords), 4, 4, 16, "residual", model.cell_trans.shape[0],
+                        train_actions)
+        pol.use_release(model, coords)
+        val = ValueNet(len(coords), 4, 4, 16)
     module = ActorCritic(pol, val)
     opt = torch.optim.Adam(module.parameters(), lr=3e-3)
     s = PPOSettings(0.2, 0.99, 0.95, 4, 512, 0.01, 0.5, 0.5, kl_coef)
@@ -91,9 +95,47 @@ def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.n
     g.manual_seed(1)
     for _ in range(rounds):
         ro = rollout(pol, val, env, torch.multinomial(start, 64, True, generator=g), g)
-        sharded_ppo_update(module, module, opt, Experience(ro, torch.zeros(64, 47), env), s,
-                           [g], LocalComm())
-    return _policy_days(pol, coords, model, seed=2)
+        rewards = torch.randn(64, 47, generator=g) if random_rewards else torch.zeros(64, 47)
+        sharded_ppo_update(module, module, opt, Experience(ro, rewards, env), s, [g],
+                           LocalComm())
+    return pol
+
+
+def _zero_reward_rounds(coords, model, kl_coef: float, rounds: int = 10) -> np.ndarray:
+    """N days of the policy after `rounds` zero-reward PPO updates (`_trained`)."""
+    return _policy_days(_trained(coords, model, kl_coef, rounds), coords, model, seed=2)
+
+
+def _action_gap(pol: PolicyNet, coords, model) -> float:
+    """The largest |pi(a | s) - P_release(a | s)| over the states of a rollout of `pol`."""
+    from models.ppo import obs_of, rollout
+
+    env, g = MobilityEnv(coords, 10), torch.Generator()
+    g.manual_seed(3)
+    start = torch.multinomial(torch.as_tensor(model.start_probs).float(), 64, True, generator=g)
+    flat = obs_of(rollout(pol, ValueNet(len(coords), 4, 4, 16), env, start, g).traj)
+    with torch.no_grad():
+        got = torch.softmax(pol(flat, env.coords_norm), -1)
+        want = torch.softmax(pol.base_logits(flat), -1)
+    return float((got - want).abs().max())
+
+
+def test_a_frozen_action_residual_keeps_the_release_actions_exactly(release):
+    """train.residual_actions false: rounds on random rewards and no KL hold leave r_theta at
+    zero (pi(a | s) is the release's in every state) and move the destination residual."""
+    coords, model = release
+    pol = _trained(coords, model, kl_coef=0.0, rounds=3, random_rewards=True,
+                   train_actions=False)
+    assert not pol.head.weight.any() and not pol.head.bias.any()
+    assert _action_gap(pol, coords, model) < 1e-6
+    assert pol.dest.explore.weight.abs().max() > 0, "the destination residual did not train"
+
+
+def test_a_trained_action_residual_leaves_the_release_actions(release):
+    """Companion: the same rounds with the action residual trained move pi(a | s)."""
+    coords, model = release
+    pol = _trained(coords, model, kl_coef=0.0, rounds=3, random_rewards=True)
+    assert _action_gap(pol, coords, model) > 1e-3
 
 
 def test_zero_reward_rounds_under_the_kl_penalty_keep_the_release_statistics(release):

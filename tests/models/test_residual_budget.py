@@ -78,3 +78,5 @@ def test_rho_needs_gaussian_noise_and_residual_needs_the_release():
                     markov_mechanism="laplace")
     with pytest.raises(ConfigError, match="set pretrain='markov'"):
         TrainConfig(destination="residual")
+    with pytest.raises(ConfigError, match="residual_actions"):
+        TrainConfig(residual_actions=False)  # there is no action residual to freeze
