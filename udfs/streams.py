@@ -64,6 +64,18 @@ def counter(site: int, pos, j: int) -> np.ndarray:
     return (np.uint64(site) << np.uint64(SITE_SHIFT)) | (p << np.uint64(POS_SHIFT)) | np.uint64(j)
 
 
+def _counter_words(site: int, pos, j: int) -> np.ndarray:
+    """``mix64(counter(site, pos, j) * GAMMA)``: a function of the position alone, so it is
+    computed once per distinct position (trajectories are short: a table of max(pos) + 1
+    words) and gathered, instead of once per row."""
+    p = np.atleast_1d(np.asarray(pos))  # arrays: uint64 products wrap without a warning
+    top = int(p.max()) if p.size else 0
+    if p.size == 1 or top >= p.size:  # one word, or positions too spread for a table
+        return mix64(counter(site, p, j) * _GAMMA)
+    table = mix64(counter(site, np.arange(top + 1), j) * _GAMMA)
+    return np.take(table, p)
+
+
 @dataclass(frozen=True)
 class Stream:
     """Per-row random numbers: row r draws from (key[r], site, pos[r], j) only.
@@ -92,9 +104,7 @@ class Stream:
     def bits(self, j: int, rows=None) -> np.ndarray:
         key = self.key if rows is None else self.key[rows]
         pos = 0 if self.pos is None else (self.pos if rows is None else self.pos[rows])
-        c = counter(self.site, pos, j)
-        c = np.broadcast_to(c, key.shape) * _GAMMA
-        return mix64(key ^ mix64(c))
+        return mix64(key ^ _counter_words(self.site, pos, j))
 
     def uniform(self, j: int, rows=None) -> np.ndarray:
         """float64 in [0, 1) per row (53 random bits)."""
