@@ -35,6 +35,7 @@ _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _S11 = np.uint64(11)
 _TWO53 = 1.0 / 9007199254740992.0  # 2^-53
+_TABLE_MIN = 4096  # rows from which a call's counter words come from a per-position table
 
 SITE_SHIFT, POS_SHIFT = 40, 16
 MAX_POS = 1 << 24
@@ -67,11 +68,12 @@ def counter(site: int, pos, j: int) -> np.ndarray:
 def _counter_words(site: int, pos, j: int) -> np.ndarray:
     """``mix64(counter(site, pos, j) * GAMMA)``: a function of the position alone, so it is
     computed once per distinct position (trajectories are short: a table of max(pos) + 1
-    words) and gathered, instead of once per row."""
+    words) and gathered, instead of once per row; small calls skip the table (its few extra
+    numpy calls cost more than they save there)."""
     p = np.atleast_1d(np.asarray(pos))  # arrays: uint64 products wrap without a warning
-    top = int(p.max()) if p.size else 0
-    if p.size == 1 or top >= p.size:  # one word, or positions too spread for a table
+    if p.size < _TABLE_MIN or int(p.max()) >= p.size // 8:
         return mix64(counter(site, p, j) * _GAMMA)
+    top = int(p.max())
     table = mix64(counter(site, np.arange(top + 1), j) * _GAMMA)
     return np.take(table, p)
 

@@ -328,12 +328,19 @@ def _midpoint(a: np.ndarray, b: np.ndarray, space: LocationSpace) -> np.ndarray:
 
     unit = space.cached("unit_vectors",
                         lambda: _unit_vectors(space.coords[:, 0], space.coords[:, 1]))
-    v = unit[a] + unit[b]
-    norm = np.linalg.norm(v, axis=-1)
+    if a.ndim != 1:
+        return _midpoint(a.ravel(), b.ravel(), space).reshape(a.shape)
+    # per coordinate on 1-D columns: the floats of unit[a] + unit[b] and of np.linalg.norm
+    # (sqrt((x^2 + y^2) + z^2), numpy's sum of three terms in order), without (m, 3) gathers
+    cols = space.cached("unit_columns", lambda: tuple(np.ascontiguousarray(unit[:, i])
+                                                      for i in range(3)))
+    v = [np.take(col, a) + np.take(col, b) for col in cols]
+    norm = np.sqrt((v[0] * v[0] + v[1] * v[1]) + v[2] * v[2])
     ok = norm > 1e-9
     mid = np.minimum(a, b)
     if ok.any():
-        mid[ok] = space.nearest_unit(v[ok] / norm[ok, ..., None])
+        n_ok = norm[ok]
+        mid[ok] = space.nearest_unit(np.stack([c[ok] / n_ok for c in v], axis=-1))
     return mid
 
 
