@@ -71,7 +71,7 @@ def _counter_words(site: int, pos, j: int) -> np.ndarray:
     words) and gathered, instead of once per row; small calls skip the table (its few extra
     numpy calls cost more than they save there)."""
     p = np.atleast_1d(np.asarray(pos))  # arrays: uint64 products wrap without a warning
-    if p.size < _TABLE_MIN or int(p.max()) >= p.size // 8:
+    if p.size < max(_TABLE_MIN, 1) or int(p.max()) >= p.size // 8:
         return mix64(counter(site, p, j) * _GAMMA)
     top = int(p.max())
     table = mix64(counter(site, np.arange(top + 1), j) * _GAMMA)
