@@ -239,7 +239,8 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
     # one pass per length n over its rows' first n columns: no work on padding (a padded
     # row's totals only add exact zeros, so trimming it changes no float and no choice)
     uniq, inv = length_index(lens)
-    by_length = np.argsort(inv, kind="stable")
+    # small ints: numpy's stable sort of int16 is a radix sort (the same order as int64's)
+    by_length = np.argsort(inv.astype(np.int16) if uniq.size < 1 << 15 else inv, kind="stable")
     counts = np.bincount(inv, minlength=uniq.size)
     for n, end, count in zip(uniq, np.cumsum(counts), counts, strict=True):
         rows = by_length[end - count:end]
