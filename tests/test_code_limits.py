@@ -44,7 +44,7 @@ EXCEPTIONS: dict[str, tuple[int, int]] = {
     "udfs.collect:perturb": (12, 51),
     "udfs.collect:perturb_padded": (8, 20),
     "udfs.collect_plan:plan_users": (6, 70),
-    "udfs.sampling:_bitset_stage": (9, 65),
+    "udfs.sampling:_bitset_stage": (9, 53),
     "udfs.sampling:_list_stage": (8, 19),
     "udfs.sampling:_one_sector_stage": (9, 32),
     "udfs.tp:perturb_copy": (8, 9),

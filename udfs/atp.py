@@ -47,10 +47,19 @@ def anchor_points(space: LocationSpace, traj: np.ndarray, lens=None) -> np.ndarr
     else:
         # sequential sums (cumsum): the padding's zeros do not change a row's total, so the
         # anchor does not depend on the batch's padded width (numpy's pairwise sum would)
+        # column by column: the additions of np.cumsum along a row, one vector add per column
         valid = np.arange(traj.shape[1])[None, :] < np.asarray(lens)[:, None]
-        lat = np.cumsum(np.where(valid, space.coords[traj, 0], 0.0), axis=1)[:, -1] / lens
-        lon = np.cumsum(np.where(valid, space.coords[traj, 1], 0.0), axis=1)[:, -1] / lens
+        lat, lon = (_row_sums(space.coords[:, i], traj, valid) / lens for i in (0, 1))
     return space.nearest(lat, lon)
+
+
+def _row_sums(values: np.ndarray, traj: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per row, the sequential sum of values[traj] over its valid positions (as the last
+    column of np.cumsum(np.where(valid, values[traj], 0.0), axis=1))."""
+    total = np.where(valid[:, 0], np.take(values, traj[:, 0]), 0.0)
+    for j in range(1, traj.shape[1]):
+        total += np.where(valid[:, j], np.take(values, traj[:, j]), 0.0)
+    return total
 
 
 def eta_table(space: LocationSpace, eps_r: float) -> tuple[np.ndarray, np.ndarray]:

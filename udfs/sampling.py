@@ -54,7 +54,7 @@ _BIT_CHUNK = 1 << 16  # rows per bitset-rejection chunk (bounds (rows, words) te
 # loop costs more numpy calls than it saves on a small call (same output either way)
 _ONE_SECTOR_MIN = 2048
 _BITSET_MAX_BYTES = 256 << 20  # skip bitsets (fall back to lists) for spaces this large
-_LOW_BYTES = np.array([(1 << (8 * j)) - 1 for j in range(1, 9)], np.uint64)  # low 8j bits
+_HALVES = tuple((h, np.uint64((1 << h) - 1)) for h in (32, 16, 8))  # (bits, low-bits mask)
 _POP8 = np.array([bin(i).count("1") for i in range(256)], np.int64)
 _SEL8 = np.array([[[j for j in range(8) if (b >> j) & 1][k] if k < _POP8[b] else 0
                    for k in range(8)] for b in range(256)], np.int64)
@@ -223,25 +223,31 @@ def _one_sector_stage(space, true, c, st: Stream, d: Domains, g: int, rows, out,
     return rows[idx]
 
 
-def _select_rows(x, rowcum, pc, rows, k) -> np.ndarray:
-    """Bit index of the k-th set bit (0-based) of bitset row ``rows[i]`` of ``x`` (rows, W)
-    '<u8' words (``rows`` None: every row, in order); ``rowcum`` is the row-wise inclusive
-    cumsum of the word popcounts ``pc``. Word by counting the row's cumsums <= k (W compares,
-    contiguous), then byte and bit by the byte popcount / select tables; the same bit as a
+def _select_rows(x, alt, use_alt, rowcum, pc, rows, k) -> np.ndarray:
+    """Bit index of the k-th set bit (0-based) of bitset row ``rows[i]`` (``rows`` None: every
+    row, in order): the row of ``alt`` where ``use_alt`` is set, else of ``x`` ((rows, W)
+    '<u8' words). ``rowcum`` is the (W, rows) column-wise inclusive cumsum of that row's word
+    popcounts ``pc`` (rows, W). Word by counting the row's cumsums <= k (W compares, one
+    contiguous row each), then the bit by halving the word (32, 16, 8 bits: popcount of the
+    low half, keep the half holding the bit) and the byte select table: the same bit as a
     scan of the row."""
     if rows is None:
-        word = np.count_nonzero(rowcum <= k.astype(rowcum.dtype)[:, None], axis=1)
         rows = np.arange(k.size)
+        word = np.count_nonzero(rowcum <= k.astype(rowcum.dtype)[None, :], axis=0)
     else:
-        word = np.count_nonzero(rowcum[rows] <= k.astype(rowcum.dtype)[:, None], axis=1)
-    kk = k - (rowcum[rows, word] - pc[rows, word])  # rank within the word
-    wv = np.take(x.reshape(-1), rows * x.shape[1] + word)  # the word itself, one take
-    # set bits of the word's low 8, 16, .., 64 bits: the byte whose count first exceeds kk
-    bcum = np.bitwise_count(wv[:, None] & _LOW_BYTES)  # (m, 8), non-decreasing
-    bi = np.count_nonzero(bcum <= kk[:, None].astype(np.uint8), axis=1)
-    below = np.where(bi > 0, bcum[np.arange(k.size), np.maximum(bi - 1, 0)], 0)
-    byte = ((wv >> (8 * bi).astype(np.uint64)) & np.uint64(0xFF)).astype(np.intp)
-    return word * 64 + bi * 8 + _SEL8[byte, kk - below]
+        word = np.count_nonzero(rowcum[:, rows] <= k.astype(rowcum.dtype)[None, :], axis=0)
+    flat = rows * x.shape[1] + word
+    r = k - (rowcum[word, rows] - np.take(pc.reshape(-1), flat))  # rank within the word
+    wv = np.where(use_alt[rows], np.take(alt.reshape(-1), flat), np.take(x.reshape(-1), flat))
+    bit = np.zeros(k.size, np.int64)
+    for half, low in _HALVES:
+        lo = wv & low
+        c = np.bitwise_count(lo).astype(np.int64)
+        up = r >= c
+        r = np.where(up, r - c, r)
+        wv = np.where(up, wv >> np.uint64(half), lo)
+        bit += half * up
+    return word * 64 + bit + _SEL8[wv.astype(np.intp), r]
 
 
 def in_region(space: LocationSpace, anchor, radius, r) -> np.ndarray:
@@ -309,6 +315,28 @@ def region_bits(space: LocationSpace, d: Domains, rows: np.ndarray):
     return words, idx
 
 
+def _level_counts(x, prev, hp, rwords, ridx, n):
+    """Per row, the first non-empty level of S0 = ``x``, S1 = ``prev`` (rows with a previous
+    pivot), S2 = B: (use1: S1 is the row's set, its word popcounts (rows, W) and their
+    column-wise running sums (W, rows)). Rows at level 2 get B written into ``x``. S1 rows are
+    read from ``prev`` in place (no copy of their words); the running sums are one vector add
+    per word over all rows (a row holds at most |P| bits: exact in int16 below 2^15)."""
+    pc = np.bitwise_count(x)
+    pcp = np.bitwise_count(prev)
+    empty0 = ~pc.any(axis=1)
+    use1 = empty0 & hp & pcp.any(axis=1)
+    np.copyto(pc, pcp, where=use1[:, None])
+    lv2 = np.flatnonzero(empty0 & ~use1)
+    if lv2.size:
+        x[lv2] = np.take(rwords, ridx[lv2], 0)
+        pc[lv2] = np.bitwise_count(x[lv2])
+    rowcum = np.empty(pc.shape[::-1], np.int16 if n < 1 << 15 else np.int32)
+    np.copyto(rowcum[0], pc[:, 0])
+    for j in range(1, pc.shape[1]):
+        np.add(rowcum[j - 1], pc[:, j], out=rowcum[j])
+    return use1, pc, rowcum
+
+
 def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries):
     """Rejection for ``rows`` (each with at least one sector constraint) with proposals uniform
     over a bitset superset of the row's target level, chosen by exact emptiness tests:
@@ -344,27 +372,15 @@ def _bitset_stage(space, true, c, st: Stream, d: Domains, bits, rows, out, tries
             prev[ex] &= np.take(rwords, ridx[ex], 0)  # prev is now S1 = B ∩ sector(prev)
         x = np.take(bits, np.where(hn, d.next_pivot[sel] * g + d.next_sector[sel], none), 0)
         x &= prev  # S0
-        pc = np.bitwise_count(x)
-        tot = pc.sum(axis=1, dtype=np.int64)
-        lv1 = np.flatnonzero((tot == 0) & hp)
-        if lv1.size:
-            x[lv1] = prev[lv1]
-            pc[lv1] = np.bitwise_count(x[lv1])
-            tot[lv1] = pc[lv1].sum(axis=1, dtype=np.int64)
-        lv2 = np.flatnonzero(tot == 0)
-        if lv2.size:
-            x[lv2] = np.take(rwords, ridx[lv2], 0)
-            pc[lv2] = np.bitwise_count(x[lv2])
-            tot[lv2] = pc[lv2].sum(axis=1, dtype=np.int64)
-        # per-row running popcounts (a row holds at most |P| bits: exact in int16 below 2^15)
-        rowcum = np.cumsum(pc, axis=1, dtype=np.int16 if space.n < 1 << 15 else np.int32)
+        use1, pc, rowcum = _level_counts(x, prev, hp, rwords, ridx, space.n)
+        tot = rowcum[-1].astype(np.int64)
         idx = np.arange(sel.size)  # positions into the chunk
         for t in range(tries):
             if idx.size == 0:
                 break
             rw = sel[idx]
             k = st.integers(2 * t, tot[idx], rw)
-            r = _select_rows(x, rowcum, pc, idx if idx.size < sel.size else None, k)
+            r = _select_rows(x, prev, use1, rowcum, pc, idx if idx.size < sel.size else None, k)
             e = st.exponential(2 * t + 1, rw)
             ok = _accept(space, true, c, rw, r, e)
             check = np.flatnonzero(ok & ~exact[idx])

@@ -35,6 +35,7 @@ _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _S11 = np.uint64(11)
 _TWO53 = 1.0 / 9007199254740992.0  # 2^-53
+_TABLE_MIN = 4096  # rows from which a call's counter words come from a per-position table
 
 SITE_SHIFT, POS_SHIFT = 40, 16
 MAX_POS = 1 << 24
@@ -62,6 +63,19 @@ def counter(site: int, pos, j: int) -> np.ndarray:
         raise ValueError(f"draw index {j} outside [0, {MAX_DRAW})")
     p = np.asarray(pos, dtype=np.uint64)
     return (np.uint64(site) << np.uint64(SITE_SHIFT)) | (p << np.uint64(POS_SHIFT)) | np.uint64(j)
+
+
+def _counter_words(site: int, pos, j: int) -> np.ndarray:
+    """``mix64(counter(site, pos, j) * GAMMA)``: a function of the position alone, so it is
+    computed once per distinct position (trajectories are short: a table of max(pos) + 1
+    words) and gathered, instead of once per row; small calls skip the table (its few extra
+    numpy calls cost more than they save there)."""
+    p = np.atleast_1d(np.asarray(pos))  # arrays: uint64 products wrap without a warning
+    if p.size < max(_TABLE_MIN, 1) or int(p.max()) >= p.size // 8:
+        return mix64(counter(site, p, j) * _GAMMA)
+    top = int(p.max())
+    table = mix64(counter(site, np.arange(top + 1), j) * _GAMMA)
+    return np.take(table, p)
 
 
 @dataclass(frozen=True)
@@ -92,9 +106,7 @@ class Stream:
     def bits(self, j: int, rows=None) -> np.ndarray:
         key = self.key if rows is None else self.key[rows]
         pos = 0 if self.pos is None else (self.pos if rows is None else self.pos[rows])
-        c = counter(self.site, pos, j)
-        c = np.broadcast_to(c, key.shape) * _GAMMA
-        return mix64(key ^ mix64(c))
+        return mix64(key ^ _counter_words(self.site, pos, j))
 
     def uniform(self, j: int, rows=None) -> np.ndarray:
         """float64 in [0, 1) per row (53 random bits)."""

@@ -239,7 +239,8 @@ def combine(a: np.ndarray, b: np.ndarray, space: LocationSpace, how: str = "medo
     # one pass per length n over its rows' first n columns: no work on padding (a padded
     # row's totals only add exact zeros, so trimming it changes no float and no choice)
     uniq, inv = length_index(lens)
-    by_length = np.argsort(inv, kind="stable")
+    # small ints: numpy's stable sort of int16 is a radix sort (the same order as int64's)
+    by_length = np.argsort(inv.astype(np.int16) if uniq.size < 1 << 15 else inv, kind="stable")
     counts = np.bincount(inv, minlength=uniq.size)
     for n, end, count in zip(uniq, np.cumsum(counts), counts, strict=True):
         rows = by_length[end - count:end]
@@ -328,12 +329,19 @@ def _midpoint(a: np.ndarray, b: np.ndarray, space: LocationSpace) -> np.ndarray:
 
     unit = space.cached("unit_vectors",
                         lambda: _unit_vectors(space.coords[:, 0], space.coords[:, 1]))
-    v = unit[a] + unit[b]
-    norm = np.linalg.norm(v, axis=-1)
+    if a.ndim != 1:
+        return _midpoint(a.ravel(), b.ravel(), space).reshape(a.shape)
+    # per coordinate on 1-D columns: the floats of unit[a] + unit[b] and of np.linalg.norm
+    # (sqrt((x^2 + y^2) + z^2), numpy's sum of three terms in order), without (m, 3) gathers
+    cols = space.cached("unit_columns", lambda: tuple(np.ascontiguousarray(unit[:, i])
+                                                      for i in range(3)))
+    v = [np.take(col, a) + np.take(col, b) for col in cols]
+    norm = np.sqrt((v[0] * v[0] + v[1] * v[1]) + v[2] * v[2])
     ok = norm > 1e-9
     mid = np.minimum(a, b)
     if ok.any():
-        mid[ok] = space.nearest_unit(v[ok] / norm[ok, ..., None])
+        n_ok = norm[ok]
+        mid[ok] = space.nearest_unit(np.stack([c[ok] / n_ok for c in v], axis=-1))
     return mid
 
 

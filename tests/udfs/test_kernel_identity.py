@@ -92,17 +92,23 @@ def _digest(space, mech, combiner, eps) -> str:
 
 
 # size thresholds that pick between equivalent code paths: "small" forces the small-call
-# paths, "large" the batch paths (one-sector stage, chunked transposed combine)
-PATHS = {"small": {"_ONE_SECTOR_MIN": 10**9, "_COMBINE_SMALL": 10**9},
-         "large": {"_ONE_SECTOR_MIN": 0, "_COMBINE_SMALL": 0, "_COMBINE_CHUNK": 37}}
+# paths, "large" the batch paths (one-sector stage, chunked transposed combine, sorted
+# nearest-location queries, per-position counter tables)
+PATHS = {"small": {"_ONE_SECTOR_MIN": 10**9, "_COMBINE_SMALL": 10**9, "_SORT_MIN": 10**9,
+                   "_TABLE_MIN": 10**9},
+         "large": {"_ONE_SECTOR_MIN": 0, "_COMBINE_SMALL": 0, "_COMBINE_CHUNK": 37,
+                   "_SORT_MIN": 0, "_TABLE_MIN": 0}}
 
 
 def _force(monkeypatch, path: str) -> None:
     import udfs.sampling
+    import udfs.space
+    import udfs.streams
     import udfs.tp
 
     for name, value in PATHS[path].items():
-        mod = udfs.sampling if hasattr(udfs.sampling, name) else udfs.tp
+        mod = next(m for m in (udfs.sampling, udfs.tp, udfs.space, udfs.streams)
+                   if hasattr(m, name))
         monkeypatch.setattr(mod, name, value)
 
 
