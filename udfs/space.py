@@ -148,25 +148,20 @@ class LocationSpace:
             self._cache[key] = (self.sector12 // (12 // g)).astype(np.int8)
         return self._cache[key]
 
+    def unit_vectors(self) -> np.ndarray:
+        """(n, 3) unit vectors of P (cached): the KD-tree's points, the midpoints' inputs."""
+        return self.cached("unit_vectors",
+                           lambda: _unit_vectors(self.coords[:, 0], self.coords[:, 1]))
+
     def nearest(self, lat, lon) -> np.ndarray:
         """Nearest location id of P to each (lat, lon) by great-circle distance (chord KD-tree)."""
-        from scipy.spatial import cKDTree
-
-        tree = self._cache.get("kdtree")
-        if tree is None:
-            tree = cKDTree(_unit_vectors(self.coords[:, 0], self.coords[:, 1]))
-            self._cache["kdtree"] = tree
-        _, idx = tree.query(_unit_vectors(np.asarray(lat), np.asarray(lon)))
-        return np.asarray(idx, dtype=np.int64)
+        return self.nearest_unit(_unit_vectors(np.asarray(lat), np.asarray(lon)))
 
     def nearest_unit(self, xyz) -> np.ndarray:
-        """Nearest location id of P to each unit vector (..., 3) (same tree as `nearest`)."""
+        """Nearest location id of P to each unit vector (..., 3) (a chord KD-tree over P)."""
         from scipy.spatial import cKDTree
 
-        tree = self._cache.get("kdtree")
-        if tree is None:
-            tree = cKDTree(_unit_vectors(self.coords[:, 0], self.coords[:, 1]))
-            self._cache["kdtree"] = tree
+        tree = self.cached("kdtree", lambda: cKDTree(self.unit_vectors()))
         xyz = np.asarray(xyz, dtype=np.float64)
         flat = xyz.reshape(-1, 3)
         if flat.shape[0] < _SORT_MIN:
@@ -184,7 +179,7 @@ class LocationSpace:
         spreads most, between P's 1% and 99% quantiles (outside: the border cells)."""
 
         def build():
-            unit = _unit_vectors(self.coords[:, 0], self.coords[:, 1])
+            unit = self.unit_vectors()
             lo, hi = np.quantile(unit, [0.01, 0.99], axis=0)
             axes = np.argsort(hi - lo)[::-1][:2]
             return axes, lo[axes], 255.0 / np.maximum(hi[axes] - lo[axes], 1e-300)

@@ -325,10 +325,7 @@ def _medoid_rows(a, b, mids, space: LocationSpace) -> np.ndarray:
 def _midpoint(a: np.ndarray, b: np.ndarray, space: LocationSpace) -> np.ndarray:
     """The location of P nearest to the great-circle midpoint of a and b (lower id of the two
     for antipodal pairs): a KD-tree query of the normalised sum of their unit vectors."""
-    from udfs.space import _unit_vectors
-
-    unit = space.cached("unit_vectors",
-                        lambda: _unit_vectors(space.coords[:, 0], space.coords[:, 1]))
+    unit = space.unit_vectors()
     if a.ndim != 1:
         return _midpoint(a.ravel(), b.ravel(), space).reshape(a.shape)
     # per coordinate on 1-D columns: the floats of unit[a] + unit[b] and of np.linalg.norm
