@@ -27,8 +27,8 @@ def release():
                                    settings=MarkovSettings(cell_depth=3))
 
 
-def residual_policy(coords, model) -> PolicyNet:
-    pol = PolicyNet(len(coords), 4, 4, 16, "residual", model.cell_trans.shape[0])
+def residual_policy(coords, model, train_actions: bool = True) -> PolicyNet:
+    pol = PolicyNet(len(coords), 4, 4, 16, "residual", model.cell_trans.shape[0], train_actions)
     pol.use_release(model, coords)
     return pol
 
@@ -83,9 +83,7 @@ def _trained(coords, model, kl_coef: float, rounds: int = 10, *, random_rewards:
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        pol = PolicyNet(len(coords), 4, 4, 16, "residual", model.cell_trans.shape[0],
-                        train_actions)
-        pol.use_release(model, coords)
+        pol = residual_policy(coords, model, train_actions)
         val = ValueNet(len(coords), 4, 4, 16)
     module = ActorCritic(pol, val)
     opt = torch.optim.Adam(module.parameters(), lr=3e-3)
