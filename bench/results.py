@@ -106,13 +106,6 @@ def write_result(name: str, title: str, columns: list[str], rows: list[list[obje
 #: bench script (or a script and the arguments of a table it has not written) -> why there is
 #: no table in bench/results yet (the page lists these).
 NOT_RUN: dict[str, str] = {
-    "bench/bench_datagen.py": "full Telecom scale (9,481 users x 182 days, then ingest) on "
-    "local[2] takes about 15 minutes of a quiet machine; not run on the shared 2-core machine",
-    "bench/bench_collect.py": "the full Telecom-scale release (9,481 phones, 182 days, about "
-    "1.1 M trajectories) on local[2], data generation included, would have run past the "
-    "session's end on the shared 2-core machine (load average 8-10, nice 19); not run",
-    "bench/bench_evaluate_stage.py": "needs a data root where datagen, ingest and collect ran "
-    "at Telecom scale (tens of minutes of Spark on two cores); not run on the shared machine",
     "bench/reproduce_pategail.py": "18 training runs of 50 rounds (3 seeds x 3 settings x 2 "
     "schemes), well over ten CPU-minutes; not run on the shared 2-core machine",
     "bench/reproduce_axes.py": "8 configurations x 3 seeds of PateGAIL++ training, 10-20 "
